@@ -1,0 +1,1 @@
+"""Koordinator API types koordlet reads and writes: QoS classes, priority bands, pods, quantities."""

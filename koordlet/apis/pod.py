@@ -1,0 +1,161 @@
+"""The slice of a Kubernetes Pod koordlet uses, parsed from kubelet's ``/pods`` (a v1 PodList)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from koordlet.apis.extension import KubeQoS, PriorityClass, QoSClass, pod_qos, priority_class
+from koordlet.apis.quantity import int_value, milli_value
+from koordlet.errors import ParseError
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """CPU in milli-cores and memory in bytes; None where the spec sets nothing."""
+
+    cpu_milli: int | None = None
+    memory_bytes: int | None = None
+    batch_cpu_milli: int | None = None
+    batch_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    name: str
+    container_id: str
+    """The runtime id with its scheme ("containerd://abc"), empty before the container starts."""
+    requests: Resources = Resources()
+    limits: Resources = Resources()
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    uid: str
+    name: str
+    namespace: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    kube_qos: KubeQoS | None
+    phase: str
+    priority: int | None
+    containers: tuple[Container, ...] = field(default=())
+    node_name: str = ""
+    creation_timestamp: str = ""
+
+    @property
+    def qos(self) -> QoSClass:
+        return pod_qos(self.labels, self.kube_qos)
+
+    @property
+    def priority_class(self) -> PriorityClass:
+        return priority_class(self.priority, self.labels)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminated(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+def _resources(spec: Any, where: str) -> Resources:
+    if spec is None:
+        return Resources()
+    if not isinstance(spec, Mapping):
+        raise ParseError(f"{where}: expected an object, got {type(spec).__name__}")
+    try:
+        return Resources(
+            cpu_milli=milli_value(spec["cpu"]) if "cpu" in spec else None,
+            memory_bytes=int_value(spec["memory"]) if "memory" in spec else None,
+            batch_cpu_milli=int_value(spec["kubernetes.io/batch-cpu"]) if "kubernetes.io/batch-cpu" in spec else None,
+            batch_memory_bytes=(
+                int_value(spec["kubernetes.io/batch-memory"]) if "kubernetes.io/batch-memory" in spec else None
+            ),
+        )
+    except ParseError as exc:
+        raise ParseError(f"{where}: {exc}") from None
+
+
+def _str_map(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+        raise ParseError(f"{where}: expected a map of strings")
+    return dict(value)
+
+
+def kube_qos_of(containers: list[Container]) -> KubeQoS | None:
+    """Kubernetes' QoS rule, for pods whose status has no qosClass yet (pkg/apis/core/v1/helper/qos)."""
+    if not containers:
+        return None
+    # Only cpu and memory count: a BE pod asking for kubernetes.io/batch-* is still BestEffort.
+    if all(r.cpu_milli is None and r.memory_bytes is None for c in containers for r in (c.requests, c.limits)):
+        return KubeQoS.BEST_EFFORT
+    for c in containers:
+        limits = c.limits
+        if limits.cpu_milli is None or limits.memory_bytes is None:
+            return KubeQoS.BURSTABLE
+        if c.requests.cpu_milli not in (None, limits.cpu_milli):
+            return KubeQoS.BURSTABLE
+        if c.requests.memory_bytes not in (None, limits.memory_bytes):
+            return KubeQoS.BURSTABLE
+    return KubeQoS.GUARANTEED
+
+
+def pod_from_json(obj: Any) -> Pod:
+    """One v1.Pod object; raises ParseError naming the pod and field that was wrong."""
+    if not isinstance(obj, Mapping):
+        raise ParseError(f"pod: expected an object, got {type(obj).__name__}")
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    uid, name, namespace = meta.get("uid"), meta.get("name"), meta.get("namespace", "default")
+    if not isinstance(uid, str) or not uid or not isinstance(name, str) or not name:
+        raise ParseError("pod: metadata.uid and metadata.name are required")
+    where = f"pod {namespace}/{name}"
+    ids = {}
+    for cs in status.get("containerStatuses") or []:
+        if isinstance(cs, Mapping) and isinstance(cs.get("name"), str):
+            ids[cs["name"]] = cs.get("containerID") or ""
+    containers = []
+    for i, c in enumerate(spec.get("containers") or []):
+        if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
+            raise ParseError(f"{where}: spec.containers[{i}] has no name")
+        res = c.get("resources") or {}
+        containers.append(Container(
+            name=c["name"],
+            container_id=str(ids.get(c["name"], "")),
+            requests=_resources(res.get("requests"), f"{where}: spec.containers[{i}].resources.requests"),
+            limits=_resources(res.get("limits"), f"{where}: spec.containers[{i}].resources.limits"),
+        ))
+    kube_qos_text = status.get("qosClass")
+    try:
+        kube_qos = KubeQoS(kube_qos_text) if kube_qos_text else kube_qos_of(containers)
+    except ValueError:
+        raise ParseError(f"{where}: status.qosClass {kube_qos_text!r} is not a Kubernetes QoS class") from None
+    priority = spec.get("priority")
+    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
+        raise ParseError(f"{where}: spec.priority must be an integer, got {priority!r}")
+    return Pod(
+        uid=uid,
+        name=name,
+        namespace=str(namespace),
+        labels=_str_map(meta.get("labels"), f"{where}: metadata.labels"),
+        annotations=_str_map(meta.get("annotations"), f"{where}: metadata.annotations"),
+        kube_qos=kube_qos,
+        phase=str(status.get("phase") or ""),
+        priority=priority,
+        containers=tuple(containers),
+        node_name=str(spec.get("nodeName") or ""),
+        creation_timestamp=str(meta.get("creationTimestamp") or ""),
+    )
+
+
+def pods_from_podlist(obj: Any) -> list[Pod]:
+    """A v1.PodList; a malformed list is an error as a whole (the caller keeps its last good list)."""
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("items", []), list):
+        raise ParseError("kubelet /pods: expected a PodList object with an items array")
+    return [pod_from_json(item) for item in obj.get("items") or []]

@@ -1,0 +1,1 @@
+"""Command-line entry points: ``koordlet`` (the daemon) and ``koordctl`` (the operator's tool)."""

@@ -1,0 +1,176 @@
+"""The metric cache: recent samples in memory rings, history on disk, one query interface over both."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from koordlet.metriccache.aggregate import Aggregate, aggregate
+from koordlet.metriccache.disk import DiskStore
+from koordlet.metriccache.ring import Ring
+
+log = logging.getLogger(__name__)
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def labels_of(mapping: Mapping[str, str] | None = None, **kwargs: str) -> Labels:
+    """The canonical (sorted) label tuple of a series."""
+    merged = dict(mapping or {}, **kwargs)
+    return tuple(sorted(merged.items()))
+
+
+def series_key(name: str, labels: Labels) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels)
+    return f"{name}{{{inner}}}"
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """How much the cache keeps, where, and for how long."""
+
+    path: Path
+    """SQLite file for history and KV (created with its directory)."""
+    interval_seconds: float = 1.0
+    """Expected time between samples of a series; sizes the rings."""
+    default_window_seconds: float = 600.0
+    """Seconds of samples kept in memory per series unless ``windows`` says otherwise."""
+    windows: Mapping[str, float] = field(default_factory=dict)
+    """Per metric name, seconds kept in memory (node series cover the 30-minute aggregates)."""
+    retention_seconds: float = 12 * 3600.0
+    """History kept on disk (Koordinator's --tsdb-retention-duration default, 12h)."""
+    max_disk_bytes: int = 100 * 1024 * 1024
+    """Disk cap; the oldest history goes first (Koordinator caps its TSDB at 100MB)."""
+
+    def window_for(self, name: str) -> float:
+        return self.windows.get(name, self.default_window_seconds)
+
+
+class MetricCache:
+    """Time series keyed by (metric name, labels) plus a small key/value store.
+
+    Writes land in a per-series ring; :meth:`flush` moves what is new to disk in one transaction.
+    A ring created after a restart is first refilled from disk, so window queries span the restart.
+    Thread-safe: collectors append while reporters and strategies query.
+    """
+
+    def __init__(self, settings: CacheSettings, clock: Callable[[], float]) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._rings: dict[tuple[str, Labels], Ring] = {}
+        self.disk = DiskStore(settings.path, settings.retention_seconds, settings.max_disk_bytes)
+
+    # ------------------------------------------------------------------------------------- writes
+
+    def _ring(self, name: str, labels: Labels, create: bool) -> Ring | None:
+        ring = self._rings.get((name, labels))
+        if ring is None and create:
+            window = self.settings.window_for(name)
+            ring = Ring(max(2, int(window / self.settings.interval_seconds) + 2))
+            now = self._clock()
+            times, values = self.disk.read(series_key(name, labels), now - window, now)
+            for t, v in zip(times, values, strict=True):
+                ring.append(t, v)
+            ring.pending = 0
+            self._rings[(name, labels)] = ring
+        return ring
+
+    def append(self, name: str, labels: Labels, t: float, value: float) -> None:
+        with self._lock:
+            ring = self._ring(name, labels, create=True)
+            assert ring is not None
+            ring.append(t, value)
+
+    def append_many(self, samples: Iterable[tuple[str, Labels, float, float]]) -> None:
+        with self._lock:
+            for name, labels, t, value in samples:
+                ring = self._rings.get((name, labels)) or self._ring(name, labels, create=True)
+                assert ring is not None
+                ring.append(t, value)
+
+    def drop(self, name: str, labels: Labels) -> None:
+        """Forgets a series in memory (its pod went); its history ages out on disk."""
+        with self._lock:
+            ring = self._rings.pop((name, labels), None)
+            if ring is not None and ring.pending:
+                self.disk.write([(series_key(name, labels), *ring.tail(ring.pending))])
+
+    def series(self, name: str) -> list[Labels]:
+        """Label sets of the series of ``name`` held in memory."""
+        with self._lock:
+            return [labels for (n, labels) in self._rings if n == name]
+
+    # ------------------------------------------------------------------------------------- queries
+
+    def latest(self, name: str, labels: Labels, max_age_seconds: float | None = None) -> tuple[float, float] | None:
+        """The newest sample, or None (also when older than ``max_age_seconds``)."""
+        with self._lock:
+            ring = self._rings.get((name, labels))
+            last = ring.last() if ring is not None else None
+        if last is None:
+            return None
+        if max_age_seconds is not None and self._clock() - last[0] > max_age_seconds:
+            return None
+        return last
+
+    def window(self, name: str, labels: Labels, start: float, end: float) -> tuple[list[float], list[float]]:
+        """Samples with start <= t <= end from memory, and from disk for what memory no longer holds."""
+        with self._lock:
+            ring = self._rings.get((name, labels))
+            first = ring.first_time() if ring is not None else None
+            if ring is not None and first is not None and first <= start:
+                return ring.window(start, end)
+            mem_t, mem_v = ring.window(start, end) if ring is not None else ([], [])
+        disk_t, disk_v = self.disk.read(series_key(name, labels), start, end)
+        if first is not None:
+            # Memory is authoritative from its first sample on; disk fills in only what came before.
+            keep = bisect_left(disk_t, first)
+            disk_t, disk_v = disk_t[:keep], disk_v[:keep]
+        return disk_t + mem_t, disk_v + mem_v
+
+    def aggregate(self, name: str, labels: Labels, seconds: float, end: float | None = None) -> Aggregate | None:
+        """Statistics of the last ``seconds`` (up to ``end``, default now); None without samples."""
+        end = self._clock() if end is None else end
+        return aggregate(*self.window(name, labels, end - seconds, end))
+
+    # ------------------------------------------------------------------------------------- disk
+
+    def flush(self) -> int:
+        """Writes samples not yet on disk; returns how many series were written."""
+        with self._lock:
+            chunks = []
+            for (name, labels), ring in self._rings.items():
+                if ring.pending:
+                    chunks.append((series_key(name, labels), *ring.tail(ring.pending)))
+                    ring.pending = 0
+        try:
+            return self.disk.write(chunks)
+        except Exception:
+            # Put the samples back in line for the next flush rather than losing them.
+            with self._lock:
+                for key, times, _ in chunks:
+                    for (name, labels), ring in self._rings.items():
+                        if series_key(name, labels) == key:
+                            ring.pending = min(len(ring), ring.pending + len(times))
+            raise
+
+    def prune(self) -> int:
+        return self.disk.prune(self._clock())
+
+    def kv_put(self, key: str, value: Any) -> None:
+        self.disk.kv_put(key, value)
+
+    def kv_get(self, key: str) -> Any | None:
+        return self.disk.kv_get(key)
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self.disk.close()

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install the Debian packages the integration tests drive for real: containerd + runc (the CRI backend of
+# the runtime proxy), busybox-static (the one binary in the locally built test image), iproute2, ipset and
+# iptables (network QoS inside the tests' own network namespaces).
+#
+# As root: `apt-get update` once, then `apt-get install` of whatever is missing; nothing when all are
+# installed.  Not root: print what is missing and carry on - the integration tests skip then, and under
+# CI=true a skipped integration test fails the run (tests/conftest.py).
+set -euo pipefail
+
+packages=(containerd runc busybox-static iproute2 ipset iptables)
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+    echo "host-deps: not a Debian-based host (no dpkg-query); install by hand: ${packages[*]}"
+    exit 0
+fi
+
+missing=()
+for pkg in "${packages[@]}"; do
+    # `dpkg -s` also succeeds for removed packages whose config files remain; ask for the real state.
+    if [ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" != "installed" ]; then
+        missing+=("$pkg")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "host-deps: already installed: ${packages[*]}"
+    exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "host-deps: not root, not installing; missing: ${missing[*]} (integration tests needing them will skip)"
+    exit 0
+fi
+
+echo "host-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "host-deps: installed ${missing[*]}"

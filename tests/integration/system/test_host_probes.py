@@ -1,0 +1,103 @@
+"""The real probes on this host (kernel 6.18 KVM guest, cgroup hybrid, no PMU, no core scheduling).
+
+The expected answers are the test host's (shared/reference/test-host.md).  Probes only read the host,
+except the per-cgroup perf probe, which creates and removes its own ``koordlet-probe-*`` directory.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from koordlet.system import PROBE_NAMES, CgroupMode, HostPaths, detect_driver, detect_layout, probe_all
+from koordlet.system.probes import PROBE_DIR_PREFIX
+
+pytestmark = pytest.mark.integration
+
+EXPECTED = {
+    "cgroup_mode": True,
+    "cgroup_v2_controllers": False,
+    "psi": True,
+    "psi_trigger": True,
+    "perf_software": True,
+    "perf_cgroup": True,
+    "perf_hardware": False,
+    "core_sched": False,
+    "resctrl": False,
+    "cpu_cfs_burst": True,
+    "cpu_idle": True,
+    "cpu_bvt_warp_ns": False,
+    "memory_min": False,
+    "memory_low": False,
+    "memory_high": False,
+    "memory_wmark_ratio": False,
+    "memory_wmark_scale_factor": False,
+    "memory_wmark_min_adj": False,
+    "memory_priority": False,
+    "memory_use_priority_oom": False,
+    "memory_oom_group": False,
+    "blkio_cost_weight": False,
+    "blkio_cost_qos": False,
+    "cpu_pressure": True,
+    "memory_pressure": True,
+    "io_pressure": True,
+}
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, tuple[bool, str]]:
+    return {r.name: (r.supported, r.reason) for r in probe_all(HostPaths())}
+
+
+def test_every_probe_answers(results: dict[str, tuple[bool, str]]) -> None:
+    assert tuple(results) == PROBE_NAMES
+    assert all(reason for _, reason in results.values())
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(EXPECTED.items()))
+def test_probe_matches_the_test_host(results: dict[str, tuple[bool, str]], name: str, expected: bool) -> None:
+    supported, reason = results[name]
+    assert supported is expected, f"{name}: {reason}"
+
+
+def test_reasons_name_the_cause(results: dict[str, tuple[bool, str]]) -> None:
+    assert results["perf_hardware"][1] == (
+        "perf_event_open(PERF_COUNT_HW_CPU_CYCLES, PERF_COUNT_HW_INSTRUCTIONS): ENOENT "
+        "(no hardware PMU exposed, e.g. a VM without vPMU)"
+    )
+    assert results["core_sched"][1] == (
+        "prctl(PR_SCHED_CORE, PR_SCHED_CORE_GET): EINVAL (kernel built without CONFIG_SCHED_CORE)"
+    )
+    assert results["resctrl"][1].startswith("resctrl not in /proc/filesystems")
+    assert "missing cpu, cpuset, io, memory" in results["cgroup_v2_controllers"][1]
+    assert results["cgroup_mode"][1].startswith("hybrid: ")
+    assert results["cpu_cfs_burst"][1].startswith("cpu.cfs_burst_us present in /sys/fs/cgroup/cpu")
+    assert results["cpu_bvt_warp_ns"][1].endswith("(a file of Alibaba Cloud Linux / Anolis kernels)")
+    assert results["memory_min"][1].startswith("memory.min absent from /sys/fs/cgroup/memory")
+    assert results["perf_cgroup"][1].startswith(
+        "task-clock counted per cgroup on a temporary child cgroup of /sys/fs/cgroup/unified"
+    )
+
+
+def test_perf_probe_leaves_no_directory_behind() -> None:
+    probe_all(HostPaths())
+    mine = f"{PROBE_DIR_PREFIX}{os.getpid()}-"
+    assert not [d for d in os.listdir("/sys/fs/cgroup/unified") if d.startswith(mine)]
+
+
+def test_layout_and_driver_of_the_host() -> None:
+    layout = detect_layout(HostPaths())
+    assert layout.mode is CgroupMode.HYBRID
+    assert layout.unified_root == "/sys/fs/cgroup/unified"
+    for subsystem in ("cpu", "cpuacct", "cpuset", "memory", "blkio"):
+        assert layout.subsystem_dir(subsystem) == f"/sys/fs/cgroup/{subsystem}"
+    assert not {"cpu", "memory", "io"} & layout.v2_controllers()
+    # Other suites may leave kubepods parents behind (runc removes only the leaf), so only check that
+    # the guess agrees with what is on disk.
+    guess = detect_driver(layout)
+    cgroupfs = os.path.isdir("/sys/fs/cgroup/cpu/kubepods")
+    systemd = os.path.isdir("/sys/fs/cgroup/cpu/kubepods.slice")
+    assert guess.guessed is (cgroupfs == systemd)
+    if cgroupfs != systemd:
+        assert guess.driver.value == ("cgroupfs" if cgroupfs else "systemd")

@@ -1,0 +1,157 @@
+"""Metric cache: rings, windows across memory and disk, aggregates, restart, retention, damage."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from koordlet.metriccache import CacheSettings, MetricCache, aggregate, labels_of, percentile
+from koordlet.metriccache.ring import Ring
+
+
+class Clock:
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(tmp_path: Path, clock: Clock, **kw: object) -> MetricCache:
+    settings = CacheSettings(path=tmp_path / "state" / "metrics.db", **kw)  # type: ignore[arg-type]
+    return MetricCache(settings, clock)
+
+
+def test_ring_wraps_and_drops_out_of_order() -> None:
+    ring = Ring(3)
+    for t in (1.0, 2.0, 3.0, 4.0):
+        assert ring.append(t, t * 10)
+    assert not ring.append(4.0, 0.0) and not ring.append(1.5, 0.0)
+    assert ring.window(0, 10) == ([2.0, 3.0, 4.0], [20.0, 30.0, 40.0])
+    assert ring.window(2.5, 3.5) == ([3.0], [30.0])
+    assert ring.tail(2) == ([3.0, 4.0], [30.0, 40.0])
+    assert ring.last() == (4.0, 40.0)
+    assert ring.pending == 3
+    with pytest.raises(ValueError):
+        Ring(0)
+
+
+def test_percentiles_are_observed_values() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == 50.0
+    assert percentile(values, 0.99) == 99.0
+    assert percentile(values, 1.0) == 100.0
+    agg = aggregate([float(t) for t in range(100)], list(reversed(values)))
+    assert agg is not None
+    assert (agg.count, agg.avg, agg.min, agg.max, agg.p90, agg.latest) == (100, 50.5, 1.0, 100.0, 90.0, 1.0)
+    assert aggregate([], []) is None
+
+
+def test_window_spans_memory_and_disk(tmp_path: Path) -> None:
+    clock = Clock()
+    cache = make(tmp_path, clock, default_window_seconds=10.0)
+    labels = labels_of(pod="a")
+    start = clock.now
+    for i in range(60):
+        clock.now = start + i
+        cache.append("pod_cpu", labels, clock.now, float(i))
+        if i % 7 == 0:
+            cache.flush()
+    cache.flush()
+    times, values = cache.window("pod_cpu", labels, start, start + 59)
+    assert values == [float(i) for i in range(60)]
+    assert times == sorted(set(times))
+    agg = cache.aggregate("pod_cpu", labels, 30.0)
+    assert agg is not None and agg.count == 31 and agg.avg == pytest.approx(44.0)
+
+
+def test_restart_keeps_history_for_windows(tmp_path: Path) -> None:
+    clock = Clock()
+    node = labels_of()
+    cache = make(tmp_path, clock, windows={"node_cpu": 1800.0})
+    start = clock.now
+    for i in range(300):
+        clock.now = start + i
+        cache.append("node_cpu", node, clock.now, 2.0)
+    cache.kv_put("nodeslo", {"spec": {"x": 1}})
+    cache.close()
+    clock.now += 30  # down for 30 s
+    again = make(tmp_path, clock, windows={"node_cpu": 1800.0})
+    for _ in range(100):
+        clock.now += 1
+        again.append("node_cpu", node, clock.now, 4.0)
+    agg = again.aggregate("node_cpu", node, 600.0)
+    assert agg is not None and agg.count == 400
+    assert agg.avg == pytest.approx((300 * 2.0 + 100 * 4.0) / 400)
+    assert again.kv_get("nodeslo") == {"spec": {"x": 1}}
+    assert again.kv_get("missing") is None
+    again.close()
+
+
+def test_retention_and_size_cap(tmp_path: Path) -> None:
+    clock = Clock()
+    cache = make(tmp_path, clock, retention_seconds=100.0, max_disk_bytes=10 * 1024 * 1024)
+    old = labels_of(pod="old")
+    cache.append("pod_cpu", old, clock.now, 1.0)
+    cache.flush()
+    clock.now += 200
+    cache.append("pod_cpu", labels_of(pod="new"), clock.now, 1.0)
+    cache.flush()
+    assert cache.prune() == 1
+    assert cache.disk.read('pod_cpu{pod="old"}', 0, clock.now) == ([], [])
+    # Size cap: write far more than 64 KiB of incompressible-ish history, then prune to the cap.
+    capped = make(tmp_path / "capped", clock, max_disk_bytes=128 * 1024)
+    for s in range(200):
+        labels = labels_of(pod=f"p{s}")
+        for i in range(100):
+            capped.append("pod_cpu", labels, clock.now + i, (s * 7919 + i * 104729) % 1000003 / 7.0)
+    capped.flush()
+    assert capped.disk.bytes_in_use() > 128 * 1024
+    assert capped.prune() > 0
+    assert capped.disk.bytes_in_use() <= 128 * 1024
+
+
+def test_drop_writes_pending_and_bounds_memory(tmp_path: Path) -> None:
+    clock = Clock()
+    cache = make(tmp_path, clock)
+    labels = labels_of(pod="gone")
+    cache.append("pod_cpu", labels, clock.now, 3.0)
+    cache.drop("pod_cpu", labels)
+    assert cache.series("pod_cpu") == []
+    assert cache.latest("pod_cpu", labels) is None
+    assert cache.window("pod_cpu", labels, clock.now - 1, clock.now) == ([clock.now], [3.0])
+
+
+def test_latest_respects_max_age(tmp_path: Path) -> None:
+    clock = Clock()
+    cache = make(tmp_path, clock)
+    cache.append("node_cpu", (), clock.now, 1.5)
+    assert cache.latest("node_cpu", ()) == (clock.now, 1.5)
+    clock.now += 11
+    assert cache.latest("node_cpu", (), max_age_seconds=10) is None
+
+
+def test_unreadable_database_is_moved_aside(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "metrics.db"
+    path.parent.mkdir()
+    path.write_bytes(b"this is not a database" * 100)
+    cache = MetricCache(CacheSettings(path=path), Clock())
+    cache.append("node_cpu", (), 1.0, 1.0)
+    cache.flush()
+    assert any(p.name.startswith("metrics.db.corrupt-") for p in path.parent.iterdir())
+    sqlite3.connect(path).execute("SELECT count(*) FROM chunks").fetchone()
+
+
+def test_damaged_chunk_is_skipped(tmp_path: Path) -> None:
+    clock = Clock()
+    cache = make(tmp_path, clock, default_window_seconds=5.0)
+    labels = labels_of(pod="a")
+    cache.append("pod_cpu", labels, clock.now, 1.0)
+    cache.flush()
+    cache.disk._db.execute("UPDATE chunks SET data = x'00ff'")
+    clock.now += 1
+    cache.append("pod_cpu", labels, clock.now, 2.0)
+    cache.flush()
+    assert cache.disk.read('pod_cpu{pod="a"}', 0, clock.now)[1] == [2.0]
