@@ -143,4 +143,22 @@ int kc_psi_trigger_open(const char *path, const char *trigger);
 int kc_psi_poll(const int *fds, int n, int timeout_ms, int16_t *revents);
 int kc_close(int fd);
 
+/* ---------------------------------------------------------------- inotify (pod lifecycle events) */
+#define KC_IN_CREATE 256       /* IN_CREATE */
+#define KC_IN_DELETE 512       /* IN_DELETE */
+#define KC_IN_MOVED_FROM 64    /* IN_MOVED_FROM */
+#define KC_IN_MOVED_TO 128     /* IN_MOVED_TO */
+#define KC_IN_DELETE_SELF 1024 /* IN_DELETE_SELF */
+#define KC_IN_IGNORED 32768    /* IN_IGNORED: the watch was removed */
+#define KC_IN_Q_OVERFLOW 16384 /* IN_Q_OVERFLOW: events were lost, rescan */
+#define KC_IN_ISDIR 1073741824 /* IN_ISDIR */
+/* A non-blocking, close-on-exec inotify fd, or -errno. */
+int kc_inotify_open(void);
+/* Watches path for mask; returns the watch descriptor or -errno. */
+int kc_inotify_add(int fd, const char *path, uint32_t mask);
+int kc_inotify_remove(int fd, int wd);
+/* Reads pending events into buf (struct inotify_event records, see inotify(7)); returns bytes, 0 when
+ * none are pending, or -errno. */
+int kc_inotify_read(int fd, char *buf, int len);
+
 #endif

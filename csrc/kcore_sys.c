@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -297,3 +299,34 @@ int kc_psi_poll(const int *fds, int n, int timeout_ms, int16_t *revents)
 }
 
 int kc_close(int fd) { return close(fd) < 0 ? -errno : 0; }
+
+/* ------------------------------------------------------------------ inotify */
+int kc_inotify_open(void)
+{
+    int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+int kc_inotify_add(int fd, const char *path, uint32_t mask)
+{
+    int wd;
+    if (!path)
+        return -EINVAL;
+    wd = inotify_add_watch(fd, path, mask);
+    return wd < 0 ? -errno : wd;
+}
+
+int kc_inotify_remove(int fd, int wd) { return inotify_rm_watch(fd, wd) < 0 ? -errno : 0; }
+
+int kc_inotify_read(int fd, char *buf, int len)
+{
+    ssize_t n;
+    if (!buf || len < (int)(sizeof(struct inotify_event) + NAME_MAX + 1))
+        return -EINVAL;
+    do
+        n = read(fd, buf, (size_t)len);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno == EAGAIN ? 0 : -errno;
+    return (int)n;
+}

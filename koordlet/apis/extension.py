@@ -6,6 +6,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
+from koordlet.system.kubepaths import KubeQoS
+
 LABEL_QOS = "koordinator.sh/qosClass"
 LABEL_PRIORITY_CLASS = "koordinator.sh/priority-class"
 LABEL_CORE_SCHED_GROUP = "koordinator.sh/core-sched-group-id"
@@ -30,15 +32,7 @@ class QoSClass(enum.Enum):
     NONE = ""
 
 
-class KubeQoS(enum.Enum):
-    """Kubernetes' own QoS class (pod status.qosClass); it decides the kubepods cgroup directory."""
-
-    GUARANTEED = "Guaranteed"
-    BURSTABLE = "Burstable"
-    BEST_EFFORT = "BestEffort"
-
-
-_FALLBACK = {KubeQoS.GUARANTEED: QoSClass.LSR, KubeQoS.BURSTABLE: QoSClass.LS, KubeQoS.BEST_EFFORT: QoSClass.BE}
+_FALLBACK = {KubeQoS.GUARANTEED: QoSClass.LSR, KubeQoS.BURSTABLE: QoSClass.LS, KubeQoS.BESTEFFORT: QoSClass.BE}
 
 
 def qos_from_label(value: str | None) -> QoSClass:

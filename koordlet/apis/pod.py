@@ -93,7 +93,7 @@ def kube_qos_of(containers: list[Container]) -> KubeQoS | None:
         return None
     # Only cpu and memory count: a BE pod asking for kubernetes.io/batch-* is still BestEffort.
     if all(r.cpu_milli is None and r.memory_bytes is None for c in containers for r in (c.requests, c.limits)):
-        return KubeQoS.BEST_EFFORT
+        return KubeQoS.BESTEFFORT
     for c in containers:
         limits = c.limits
         if limits.cpu_milli is None or limits.memory_bytes is None:

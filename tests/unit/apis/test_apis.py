@@ -61,7 +61,7 @@ def test_qos_label_first_then_kubernetes_class() -> None:
     assert pod_qos({"koordinator.sh/qosClass": "BE"}, KubeQoS.GUARANTEED) is QoSClass.BE
     assert pod_qos({}, KubeQoS.GUARANTEED) is QoSClass.LSR
     assert pod_qos({}, KubeQoS.BURSTABLE) is QoSClass.LS
-    assert pod_qos({}, KubeQoS.BEST_EFFORT) is QoSClass.BE
+    assert pod_qos({}, KubeQoS.BESTEFFORT) is QoSClass.BE
     assert pod_qos({"koordinator.sh/qosClass": "bogus"}, KubeQoS.BURSTABLE) is QoSClass.LS
     assert pod_qos({}, None) is QoSClass.NONE
 
@@ -108,7 +108,7 @@ def _pod(**status: object) -> dict[str, object]:
 def test_pod_from_json_be_batch_pod() -> None:
     pod = pod_from_json(_pod())
     assert pod.qos is QoSClass.BE and pod.priority_class is PriorityClass.BATCH
-    assert pod.kube_qos is KubeQoS.BEST_EFFORT  # batch-* extended resources do not make it Burstable
+    assert pod.kube_qos is KubeQoS.BESTEFFORT  # batch-* extended resources do not make it Burstable
     container = pod.containers[0]
     assert container.container_id == "containerd://abc"
     assert container.requests.batch_cpu_milli == 4000 and container.limits.batch_memory_bytes == 4 * 2**30

@@ -82,3 +82,27 @@ def test_errno_translation() -> None:
     assert "cpu.stat: malformed content (EBADMSG)" in str(parse)
     gone = errors.from_errno(errno.ENOENT, "/x")
     assert isinstance(gone, FileNotFoundError) and isinstance(gone, errors.KoordletError)
+
+
+def test_inotify_reports_directory_create_and_delete(tmp_path: Path) -> None:
+    with native.Inotify() as watcher:
+        wd = watcher.add_watch(tmp_path, native.IN_CREATE | native.IN_DELETE)
+        assert watcher.read() == []
+        (tmp_path / "pod1").mkdir()
+        (tmp_path / "pod1").rmdir()
+        events = watcher.read()
+        assert [(e.wd, e.name) for e in events] == [(wd, "pod1"), (wd, "pod1")]
+        assert events[0].mask & native.IN_CREATE and events[0].mask & native.IN_ISDIR
+        assert events[1].mask & native.IN_DELETE
+        with pytest.raises(errors.CgroupGone):
+            watcher.add_watch(tmp_path / "missing", native.IN_CREATE)
+        watcher.remove_watch(wd)
+
+
+def test_inotify_event_decoder_stops_at_truncation() -> None:
+    import struct
+
+    record = struct.pack("iIII", 3, native.IN_CREATE, 0, 8) + b"abc\0\0\0\0\0"
+    assert native.parse_inotify_events(record * 2) == [native.InotifyEvent(3, native.IN_CREATE, "abc")] * 2
+    assert native.parse_inotify_events(record + record[:20]) == [native.InotifyEvent(3, native.IN_CREATE, "abc")]
+    assert native.parse_inotify_events(b"") == []

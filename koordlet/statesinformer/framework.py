@@ -1,0 +1,63 @@
+"""What the states informer hands to collectors, strategies and hooks: pods with their cgroup
+directories, and the node."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from koordlet.apis.extension import PriorityClass, QoSClass
+from koordlet.apis.pod import Pod
+from koordlet.system.node import NodeInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerMeta:
+    name: str
+    container_id: str
+    """Bare runtime id ("" before the container started)."""
+    cgroup_dir: str
+    """Directory relative to a hierarchy root ("" when unknown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodMeta:
+    """A pod (or a standalone workload, as a pod of namespace ``standalone``) and where its cgroups are."""
+
+    pod: Pod
+    cgroup_dir: str
+    """The pod's directory relative to a hierarchy root (``kubepods/besteffort/pod<uid>``)."""
+    containers: tuple[ContainerMeta, ...]
+    source: str = "kubelet"
+    """kubelet, kubepods (found on the host) or config (a standalone workload)."""
+
+    @property
+    def uid(self) -> str:
+        return self.pod.uid
+
+    @property
+    def qos(self) -> QoSClass:
+        return self.pod.qos
+
+    @property
+    def priority_class(self) -> PriorityClass:
+        return self.pod.priority_class
+
+
+PodsCallback = Callable[[Sequence[PodMeta]], None]
+
+
+class StatesInformer(Protocol):
+    """The node's current pods and facts; readers never block on I/O."""
+
+    def pods(self) -> Sequence[PodMeta]:
+        """The last good pod list (never raises; empty until the first successful sync)."""
+        ...
+
+    def node(self) -> NodeInfo:
+        ...
+
+    def subscribe(self, callback: PodsCallback) -> None:
+        """Calls ``callback(pods)`` after each change of the pod list (from the informer's thread)."""
+        ...
