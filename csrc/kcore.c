@@ -115,7 +115,7 @@ void kc_set_free(kc_set *set)
     free(set);
 }
 
-static int kind_valid(int kind) { return kind >= KC_KIND_INT && kind <= KC_KIND_RAW; }
+static int kind_valid(int kind) { return kind >= KC_KIND_INT && kind <= KC_KIND_PROC_STAT; }
 static int kind_has_keys(int kind) { return kind == KC_KIND_KV || kind == KC_KIND_MEMINFO; }
 
 int kc_set_add(kc_set *set, const char *path, int kind, const char *keys)

@@ -32,6 +32,7 @@ const char *kc_build_info(void);
 #define KC_KIND_PSI 5      /* PSI file: some/full avg10 avg60 avg300 total */
 #define KC_KIND_MEMINFO 6  /* "Key:   123 kB" lines (a "Node N " prefix is skipped); values in bytes */
 #define KC_KIND_RAW 7      /* read only, no parsing: count = bytes read (benchmarks, existence checks) */
+#define KC_KIND_PROC_STAT 8 /* /proc/stat aggregate "cpu" line: v[0..count) = its fields (KC_CPU_FIELDS max) */
 
 #define KC_MAX_VALUES 32   /* v[] slots: also the most keys one KV/MEMINFO entry may select */
 #define KC_MAX_CPUS 2048   /* KC_MAX_VALUES * 64 bits */

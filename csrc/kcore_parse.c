@@ -348,6 +348,34 @@ static int parse_psi(const char *buf, size_t len, struct kc_result *out)
     return 0;
 }
 
+/* The aggregate line of /proc/stat (per-CPU lines and the rest are skipped unparsed: the node collector
+ * reads this every tick). */
+static int parse_proc_stat_total(const char *buf, size_t len, struct kc_result *out)
+{
+    FOR_EACH_LINE(buf, len, lb, le, {
+        const char *p = lb + 3;
+        int n = 0, rc;
+        if (le - lb < 4 || memcmp(lb, "cpu", 3) != 0 || !is_blank(lb[3]))
+            continue;
+        while (p < le) {
+            uint64_t value;
+            if (!is_blank(*p))
+                return EBADMSG;
+            p = skip_blanks(p, le);
+            rc = parse_u64(&p, le, (uint64_t)INT64_MAX, &value);
+            if (rc)
+                return rc;
+            if (n < KC_CPU_FIELDS)
+                out->v[n++] = (int64_t)value;
+        }
+        if (n < 4)
+            return EBADMSG;
+        out->count = n;
+        return 0;
+    });
+    return EBADMSG;
+}
+
 int kc_parse(int kind, const struct kc_keys *keys, const char *buf, size_t len, struct kc_result *out)
 {
     switch (kind) {
@@ -365,6 +393,8 @@ int kc_parse(int kind, const struct kc_keys *keys, const char *buf, size_t len, 
     case KC_KIND_RAW:
         out->count = (int32_t)len;
         return 0;
+    case KC_KIND_PROC_STAT:
+        return parse_proc_stat_total(buf, len, out);
     default:
         return EINVAL;
     }

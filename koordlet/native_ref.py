@@ -19,7 +19,7 @@ INT64_MIN = -(1 << 63)
 UINT64_MAX = (1 << 64) - 1
 INT32_MAX = (1 << 31) - 1
 
-INT, KV, CPU_MAX, CPULIST, PSI, MEMINFO, RAW = range(1, 8)
+INT, KV, CPU_MAX, CPULIST, PSI, MEMINFO, RAW, PROC_STAT = range(1, 9)
 
 EBADMSG, ERANGE, ENODATA, EFBIG, ENOSPC, EINVAL = (
     errno.EBADMSG, errno.ERANGE, errno.ENODATA, errno.EFBIG, errno.ENOSPC, errno.EINVAL,
@@ -229,6 +229,26 @@ def _parse_psi(buf: bytes, out: Result) -> None:
     out.count = 8 if out.found & 2 else 4
 
 
+def _parse_proc_stat_total(buf: bytes, out: Result) -> None:
+    for s in _lines(buf):
+        if len(s) < 4 or s[:3] != b"cpu" or s[3] not in _BLANK:
+            continue
+        p = 3
+        fields: list[int] = []
+        while p < len(s):
+            if s[p] not in _BLANK:
+                raise _Fail(EBADMSG)
+            value, p = _u64(s, _skip_blanks(s, p), INT64_MAX)
+            if len(fields) < 10:
+                fields.append(value)
+        if len(fields) < 4:
+            raise _Fail(EBADMSG)
+        out.v[: len(fields)] = fields
+        out.count = len(fields)
+        return
+    raise _Fail(EBADMSG)
+
+
 def parse(kind: int, keys: list[str] | None, buf: bytes) -> Result:
     """The reference of ``kc_parse``: a Result whose err is 0 or the entry's errno."""
     out = Result()
@@ -245,6 +265,8 @@ def parse(kind: int, keys: list[str] | None, buf: bytes) -> Result:
             _parse_psi(buf, out)
         elif kind == RAW:
             out.count = len(buf)
+        elif kind == PROC_STAT:
+            _parse_proc_stat_total(buf, out)
         else:
             raise _Fail(EINVAL)
     except _Fail as fail:

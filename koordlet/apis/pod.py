@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.apis.extension import KubeQoS, PriorityClass, QoSClass, pod_qos, priority_class
+from koordlet.apis.extension import PriorityClass, QoSClass, pod_qos, priority_class
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.errors import ParseError
+from koordlet.system.kubepaths import KubeQoS
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,22 @@ def _resources(spec: Any, where: str) -> Resources:
         raise ParseError(f"{where}: {exc}") from None
 
 
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ParseError(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _array(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ParseError(f"{where}: expected an array, got {type(value).__name__}")
+    return value
+
+
 def _str_map(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}
@@ -109,22 +126,20 @@ def pod_from_json(obj: Any) -> Pod:
     """One v1.Pod object; raises ParseError naming the pod and field that was wrong."""
     if not isinstance(obj, Mapping):
         raise ParseError(f"pod: expected an object, got {type(obj).__name__}")
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
+    meta, spec, status = (_object(obj.get(k), f"pod: {k}") for k in ("metadata", "spec", "status"))
     uid, name, namespace = meta.get("uid"), meta.get("name"), meta.get("namespace", "default")
     if not isinstance(uid, str) or not uid or not isinstance(name, str) or not name:
         raise ParseError("pod: metadata.uid and metadata.name are required")
     where = f"pod {namespace}/{name}"
     ids = {}
-    for cs in status.get("containerStatuses") or []:
+    for cs in _array(status.get("containerStatuses"), f"{where}: status.containerStatuses"):
         if isinstance(cs, Mapping) and isinstance(cs.get("name"), str):
             ids[cs["name"]] = cs.get("containerID") or ""
     containers = []
-    for i, c in enumerate(spec.get("containers") or []):
+    for i, c in enumerate(_array(spec.get("containers"), f"{where}: spec.containers")):
         if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
             raise ParseError(f"{where}: spec.containers[{i}] has no name")
-        res = c.get("resources") or {}
+        res = _object(c.get("resources"), f"{where}: spec.containers[{i}].resources")
         containers.append(Container(
             name=c["name"],
             container_id=str(ids.get(c["name"], "")),

@@ -1,9 +1,9 @@
 """``koordlet``: the node agent's command line.
 
 ``koordlet run --standalone`` starts the agent on a plain host: it reports what the host supports (kernel
-feature probes, node information, the C core's capabilities), then runs its components until SIGTERM or
-SIGINT and exits 0 after a clean stop.  Kubernetes (DaemonSet) mode is not available in this release and
-says so instead of pretending.
+feature probes, node information, the C core's capabilities), then collects usage, keeps history, serves
+Prometheus metrics and writes NodeMetric locally until SIGTERM or SIGINT, and exits 0 after a clean stop.
+Without ``--standalone`` the pods come from kubelet's ``/pods`` instead of the host.
 """
 
 from __future__ import annotations
@@ -15,13 +15,16 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from koordlet.cli.common import add_host_root_flags, add_version_flag
-from koordlet.cli.daemon import Component, ComponentFailed, Daemon
-from koordlet.cli.options import CONFIG_KEYS, RunOptions, resolve_run_options
+from koordlet.cli.common import add_version_flag, default_state_dir
+from koordlet.cli.daemon import ComponentFailed, Daemon
+from koordlet.config import add_flags, flags_from_args, load
+from koordlet.config.load import embedded_standalone_default
+from koordlet.config.types import Config
 from koordlet.errors import ConfigError, KoordletError, NativeBuildMismatch
-from koordlet.log import FORMATS, LEVELS, setup_logging
+from koordlet.log import setup_logging
 from koordlet.system.validators import format_cpulist
 from koordlet.version import __version__
 
@@ -45,31 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_version_flag(parser, "koordlet")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
     run = commands.add_parser(
         "run",
         help="run the agent",
-        description="Run the agent until SIGTERM or SIGINT. Flags override the --config file.",
-        epilog=f"--config keys (YAML mapping): {', '.join(sorted(CONFIG_KEYS))}.",
+        description="Run the agent until SIGTERM or SIGINT. Flags override the --config file, which overrides "
+        "the defaults (with --standalone: the embedded standalone default, koordlet/config/standalone.yaml). "
+        "Without --standalone, pods come from kubelet.",
     )
-    run.add_argument(
-        "--standalone",
-        action="store_true",
-        help="run without Kubernetes (plain host); the only mode available in this release",
-    )
-    run.add_argument("--config", metavar="FILE", default=None, help="YAML file with options (see below)")
-    run.add_argument("--log-format", choices=FORMATS, default=None, help="log line format (default: text)")
-    run.add_argument(
-        "--log-level", choices=LEVELS, default=None, type=str.lower, help="lowest level logged (default: info)"
-    )
-    run.add_argument(
-        "--state-dir",
-        metavar="DIR",
-        default=None,
-        help="state kept across restarts (default: /var/lib/koordlet as root, else $XDG_STATE_HOME/koordlet "
-        "or ~/.local/state/koordlet)",
-    )
-    add_host_root_flags(run)
+    run.add_argument("--config", metavar="FILE", default=None,
+                     help="YAML file: the options below in camelCase, grouped as in the docs (e.g. kubelet: "
+                     "{syncIntervalSeconds: 10})")
+    add_flags(run)
     return parser
 
 
@@ -88,19 +77,19 @@ def node_info_fields(info: NodeInfo) -> dict[str, Any]:
     }
 
 
-def report_host(opts: RunOptions) -> Sequence[Component]:
-    """Log what this host offers, read through the C core; return the components to run.
+def report_host(config: Config) -> NodeInfo:
+    """Logs what this host offers, read through the C core, and returns the node's facts.
 
     Raises NativeBuildMismatch when the C core is missing or stale, KoordletError/OSError when the host
     trees cannot be read.
     """
     # Imported here so that --help/--version work even where the C core is not built.
     from koordlet import native
-    from koordlet.system.hostpaths import HostPaths
+    from koordlet.cli.agent import host_paths
     from koordlet.system.node import read_node_info
     from koordlet.system.probes import probe_all
 
-    paths = HostPaths(**opts.host_roots)
+    paths = host_paths(config)
     log.info(
         "host roots",
         extra={
@@ -120,7 +109,8 @@ def report_host(opts: RunOptions) -> Sequence[Component]:
             "has_psi_trigger": native.HAS_PSI_TRIGGER,
         },
     )
-    log.info("node info", extra=node_info_fields(read_node_info(paths)))
+    node = read_node_info(paths)
+    log.info("node info", extra=node_info_fields(node))
     probes = probe_all(paths)
     for probe in probes:
         log.info(
@@ -129,38 +119,35 @@ def report_host(opts: RunOptions) -> Sequence[Component]:
         )
     supported = sum(1 for p in probes if p.supported)
     log.info("host capabilities probed", extra={"supported": supported, "unsupported": len(probes) - supported})
-    # The collectors, QoS strategies and hook servers join here as their issues land; until then the agent
-    # runs no background work and only holds its place as a service.
-    return ()
+    return node
 
 
-def run(opts: RunOptions) -> int:
+def run(config: Config, config_file: Path | None) -> int:
     """``koordlet run`` once logging is set up; returns the exit code."""
     began = time.monotonic()
-    if not opts.standalone:
-        log.error(
-            "only standalone mode is available in this release",
-            extra={"hint": "koordlet run --standalone"},
-        )
-        return EXIT_USAGE
+    state_dir = Path(os.path.abspath(config.state_dir)) if config.state_dir else default_state_dir()
     log.info(
         "koordlet starting",
         extra={
             "version": __version__,
             "pid": os.getpid(),
-            "mode": "standalone",
-            "config": str(opts.config_file) if opts.config_file else None,
-            "state_dir": str(opts.state_dir),
+            "mode": "standalone" if config.standalone else "kubernetes",
+            "node": config.node_name,
+            "config": str(config_file) if config_file else None,
+            "state_dir": str(state_dir),
             "logs": "stderr",
         },
     )
     try:
-        opts.state_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        state_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
     except OSError as exc:
-        log.error("cannot create the state directory", extra={"state_dir": str(opts.state_dir), "error": str(exc)})
+        log.error("cannot create the state directory", extra={"state_dir": str(state_dir), "error": str(exc)})
         return EXIT_FAILURE
     try:
-        components = report_host(opts)
+        node = report_host(config)
+        from koordlet.cli.agent import build_agent
+
+        agent = build_agent(config, state_dir, node)
     except NativeBuildMismatch as exc:
         log.error("C core unavailable", extra={"error": str(exc)})
         return EXIT_FAILURE
@@ -170,8 +157,16 @@ def run(opts: RunOptions) -> int:
     except (KoordletError, OSError) as exc:
         log.error("cannot read the host", extra={"error": str(exc)})
         return EXIT_FAILURE
+    log.info("where things are", extra={
+        "metrics_addr": config.server.addr,
+        "metric_store": str(agent.cache.settings.path),
+        "node_metric": str(state_dir / "nodemetric.json"),
+        "logs": "stderr",
+        "cgroup_driver": agent.driver.driver.value,
+        "collectors": agent.advisor.collectors,
+    })
 
-    daemon = Daemon(components)
+    daemon = Daemon(agent.components)
     try:
         daemon.run(threading.Event())
     except ComponentFailed as exc:
@@ -186,14 +181,17 @@ def run(opts: RunOptions) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    config_file = Path(args.config).resolve() if args.config is not None else None
+    flags = flags_from_args(args)
     try:
-        opts = resolve_run_options(args)
+        standalone = str(flags.get("standalone", "false")).lower() == "true"
+        config = load(config_file, flags, embedded_standalone_default() if standalone else None)
     except ConfigError as exc:
         print(f"koordlet: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    setup_logging(opts.log_level, opts.log_format)
+    setup_logging(config.log_level, config.log_format)  # type: ignore[arg-type]
     try:
-        return run(opts)
+        return run(config, config_file)
     except KeyboardInterrupt:
         # SIGINT before the daemon's own handlers are installed (during the host report).
         log.info("koordlet stopped", extra={"reason": "interrupted during start-up"})

@@ -42,6 +42,8 @@ class CacheSettings:
     """Seconds of samples kept in memory per series unless ``windows`` says otherwise."""
     windows: Mapping[str, float] = field(default_factory=dict)
     """Per metric name, seconds kept in memory (node series cover the 30-minute aggregates)."""
+    intervals: Mapping[str, float] = field(default_factory=dict)
+    """Per metric name, time between samples when not ``interval_seconds`` (PSI every 10 s)."""
     retention_seconds: float = 12 * 3600.0
     """History kept on disk (Koordinator's --tsdb-retention-duration default, 12h)."""
     max_disk_bytes: int = 100 * 1024 * 1024
@@ -49,6 +51,11 @@ class CacheSettings:
 
     def window_for(self, name: str) -> float:
         return self.windows.get(name, self.default_window_seconds)
+
+    def capacity_for(self, name: str) -> int:
+        """Ring slots for a series: its window over its interval, plus slack for jitter."""
+        interval = self.intervals.get(name, self.interval_seconds)
+        return max(2, int(self.window_for(name) / interval) + 2)
 
 
 class MetricCache:
@@ -72,7 +79,7 @@ class MetricCache:
         ring = self._rings.get((name, labels))
         if ring is None and create:
             window = self.settings.window_for(name)
-            ring = Ring(max(2, int(window / self.settings.interval_seconds) + 2))
+            ring = Ring(self.settings.capacity_for(name))
             now = self._clock()
             times, values = self.disk.read(series_key(name, labels), now - window, now)
             for t, v in zip(times, values, strict=True):

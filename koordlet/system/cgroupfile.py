@@ -36,6 +36,7 @@ class FileKind(enum.IntEnum):
     PSI = 5
     MEMINFO = 6
     RAW = 7
+    PROC_STAT = 8
 
 
 class Hierarchy(enum.Enum):

@@ -116,6 +116,12 @@ def kubepods_dir(driver: CgroupDriver) -> str:
     return _KUBEPODS[driver]
 
 
+def under_parent(parent: str, rel_dir: str) -> str:
+    """A kubelet directory below kubelet's ``--cgroup-root`` (``parent``; "" is the hierarchy root)."""
+    parent = parent.strip("/")
+    return f"{parent}/{rel_dir}" if parent else rel_dir
+
+
 def qos_dir(driver: CgroupDriver, qos: KubeQoS) -> str:
     """The QoS level: the root itself for Guaranteed, else its burstable/besteffort child."""
     root = _KUBEPODS[driver]

@@ -126,3 +126,12 @@ def test_pod_list_errors_name_the_field() -> None:
         pod_from_json(bad_quantity)
     with pytest.raises(ParseError, match="uid"):
         pod_from_json({"metadata": {"name": "x"}})
+
+
+@pytest.mark.parametrize("bad", [{"metadata": [1]}, {"metadata": {"uid": "u", "name": "n"}, "spec": "x"},
+                                 {"metadata": {"uid": "u", "name": "n"}, "status": {"containerStatuses": {}}},
+                                 {"metadata": {"uid": "u", "name": "n"}, "spec": {"containers": [{"name": "c",
+                                                                                               "resources": 1}]}}])
+def test_wrong_types_are_parse_errors(bad: dict[str, object]) -> None:
+    with pytest.raises(ParseError, match="expected an"):
+        pod_from_json(bad)

@@ -66,16 +66,11 @@ def test_a_command_is_required(capsys: pytest.CaptureFixture[str]) -> None:
     assert "required: COMMAND" in capsys.readouterr().err
 
 
-def test_kubernetes_mode_says_it_is_not_available(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main(["run", "--state-dir", str(tmp_path)]) == 2
-    assert "only standalone mode is available in this release" in capsys.readouterr().err
-
-
 def test_bad_config_file_exits_2_naming_the_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     config = tmp_path / "koordlet.yaml"
     config.write_text("logFormat: xml\n")
     assert main(["run", "--standalone", "--config", str(config)]) == 2
-    assert capsys.readouterr().err == (f"koordlet: error: {config}: logFormat: expected one of text, json, got 'xml'\n")
+    assert capsys.readouterr().err == (f"koordlet: error: {config}: logFormat: must be one of text, json, got 'xml'\n")
 
 
 def test_unreadable_host_exits_1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -213,7 +208,8 @@ def run_until_signal(
     start_agent: Callable[[list[str]], Agent], sig: signal.Signals, state_dir: Path, host_flags: list[str]
 ) -> Agent:
     """Start ``koordlet run --standalone``, wait until it is up, send ``sig``, check the clean stop."""
-    agent = start_agent(["run", "--standalone", "--log-format", "json", "--state-dir", str(state_dir), *host_flags])
+    agent = start_agent(["run", "--standalone", "--log-format", "json", "--state-dir", str(state_dir),
+                         "--addr", "127.0.0.1:0", *host_flags])
     agent.wait_for("koordlet started", START_DEADLINE_SECONDS)
     assert agent.proc.poll() is None
     agent.proc.send_signal(sig)
@@ -270,3 +266,28 @@ def test_standalone_on_this_host_stops_cleanly_on(
     (node,) = agent.messages("node info")
     expected = node_info_fields(read_node_info(HostPaths()))
     assert {k: node[k] for k in expected} == expected
+
+
+def test_kubernetes_mode_takes_pods_from_kubelet(
+    start_agent: Callable[[list[str]], Agent], fake_kubelet: Any, tmp_path: Path
+) -> None:
+    from tests.fixtures.fakekubelet import make_pod
+
+    fake_kubelet.set_pods([make_pod("web", qos_class="Burstable"), make_pod("batch", qos_class="BestEffort")])
+    options = fake_kubelet.options()
+    host = FakeHost(tmp_path / "host", mode="v1")
+    agent = start_agent([
+        "run", "--log-format", "json", "--state-dir", str(tmp_path / "state"), "--addr", "127.0.0.1:0",
+        "--node-name", "node-1", f"--cgroup-root-dir={host.paths.cgroup_root}",
+        f"--proc-root-dir={host.paths.proc_root}", f"--sys-root-dir={host.paths.sys_root}",
+        "--kubelet-addr", options.address, "--kubelet-port", str(options.port), "--kubelet-ca-file",
+        options.ca_file, "--kubelet-token-file", options.token_file, "--kubelet-sync-interval", "1s",
+    ])
+    received = agent.wait_for("kubelet pod list received", START_DEADLINE_SECONDS)
+    assert received["pods"] == 2
+    assert agent.messages("koordlet starting")[0]["mode"] == "kubernetes"
+    agent.wait_for("koordlet started", START_DEADLINE_SECONDS)
+    assert fake_kubelet.requests[0].authorization == "Bearer token-1"
+    agent.proc.send_signal(signal.SIGTERM)
+    agent.wait_for("koordlet stopped", STOP_DEADLINE_SECONDS)
+    assert agent.proc.wait(STOP_DEADLINE_SECONDS) == 0

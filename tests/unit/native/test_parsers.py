@@ -12,7 +12,7 @@ from koordlet import native
 from koordlet import native_ref as ref
 from koordlet.errors import ParseError
 
-INT, KV, CPU_MAX, CPULIST, PSI, MEMINFO, RAW = (k.value for k in native.Kind)
+INT, KV, CPU_MAX, CPULIST, PSI, MEMINFO, RAW, STAT_TOTAL = (k.value for k in native.Kind)
 
 
 def both(kind: int, keys: str | None, data: bytes) -> tuple[int, int, int, list[int]]:
@@ -284,6 +284,13 @@ def test_proc_stat_errors(data: bytes, err: int) -> None:
     assert native.parse_proc_stat_result(data) == err == ref.parse_proc_stat(data)
 
 
+def test_proc_stat_aggregate_kind() -> None:
+    assert native.parse(native.Kind.PROC_STAT, PROC_STAT) == native.CpuTimes(2737, 0, 1042, 80026, 160, 0, 62, 2, 0, 0)
+    assert both(STAT_TOTAL, None, b"intr 1\ncpu  1 2 3 4\n")[:2] == (0, 4)
+    for bad in (b"", b"cpu0 1 2 3 4\n", b"cpu  1 2 3\n", b"cpu  1 x 3 4\n"):
+        assert both(STAT_TOTAL, None, bad)[0] == errno.EBADMSG
+
+
 def test_proc_stat_capacity() -> None:
     assert native.parse_proc_stat_result(PROC_STAT, cap=2) == errno.ENOSPC == ref.parse_proc_stat(PROC_STAT, cap=2)
 
@@ -327,6 +334,7 @@ def test_near_valid_bytes_agree(kind: tuple[int, str | None], data: bytes) -> No
     both(kind[0], kind[1], data)
 
 
+PROC_STAT_SAMPLE = b"cpu  2737 0 1042 80026 160 0 62 2 0 0\ncpu0 444 0 349 47479 5 0 30 1 0 0\nctxt 1\n"
 VALID_SAMPLES = [
     (INT, None, b"12345\n"),
     (KV, "nr_periods nr_throttled", V1_CPU_STAT),

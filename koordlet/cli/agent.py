@@ -1,0 +1,138 @@
+"""Builds the daemon's components from the configuration, in Koordinator's start order:
+metriccache -> statesinformer (+ kubelet pods) -> metricsadvisor -> nodemetric -> metrics server."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from koordlet import native
+from koordlet.apis.nodemetric import NodeMetricCollectPolicy
+from koordlet.cli.daemon import Component
+from koordlet.config import gates
+from koordlet.config.types import Config
+from koordlet.metriccache import CacheSettings, MetricCache, names
+from koordlet.metriccache.component import MetricCacheComponent
+from koordlet.metrics import KoordletMetrics
+from koordlet.metrics.kubelet import KubeletFailure
+from koordlet.metrics.registry import MaxAges
+from koordlet.metrics.server import MetricsServer
+from koordlet.metricsadvisor.advisor import MetricsAdvisor
+from koordlet.metricsadvisor.framework import Options
+from koordlet.metricsadvisor.registry import build_collectors
+from koordlet.statesinformer.informer import StatesInformer
+from koordlet.statesinformer.kubelet import KubeletClient, KubeletOptions
+from koordlet.statesinformer.nodemetric import LocalNodeMetricSink, NodeMetricRunner
+from koordlet.statesinformer.pleg import Pleg
+from koordlet.statesinformer.podsource import KubeletPodSource
+from koordlet.system.hostpaths import HostPaths
+from koordlet.system.kubepaths import DriverGuess, detect_driver
+from koordlet.system.layout import detect_layout
+from koordlet.system.node import NodeInfo
+
+log = logging.getLogger("koordlet")
+PODS_PATH = "/pods/"
+_DECODE_OUTCOMES = {"bad_json", "bad_podlist", "truncated", "too_large"}
+
+
+def host_paths(config: Config) -> HostPaths:
+    host = config.host
+    return HostPaths(cgroup_root=host.cgroup_root_dir, proc_root=host.proc_root_dir, sys_root=host.sys_root_dir,
+                     var_run_root=host.var_run_root_dir)
+
+
+def cache_settings(config: Config, state_dir: Path) -> CacheSettings:
+    mc, collector = config.metric_cache, config.collector
+    node_window = max(mc.node_window_seconds, config.node_metric.aggregate_duration_seconds)
+    pod_window = max(mc.pod_window_seconds, config.node_metric.aggregate_duration_seconds)
+    return CacheSettings(
+        path=Path(mc.path) if mc.path else state_dir / "metrics.db",
+        interval_seconds=collector.res_used_interval_seconds,
+        default_window_seconds=pod_window,
+        windows=dict.fromkeys(names.NODE_SERIES, node_window),
+        intervals={names.NODE_PSI: collector.psi_interval_seconds, names.POD_PSI: collector.psi_interval_seconds,
+                   names.CONTAINER_PSI: collector.psi_interval_seconds,
+                   names.CONTAINER_CPI: collector.cpi_interval_seconds},
+        retention_seconds=mc.retention_seconds,
+        max_disk_bytes=mc.max_disk_bytes,
+    )
+
+
+def kubelet_observer(metrics: KoordletMetrics) -> Any:
+    """Turns the kubelet client's (outcome, seconds) into the request histogram and failure counter."""
+
+    def observe(outcome: str, seconds: float) -> None:
+        if outcome == "ok":
+            metrics.kubelet.observe(PODS_PATH, 200, seconds)
+        elif outcome.startswith("http_") and outcome[5:].isdigit():
+            metrics.kubelet.observe(PODS_PATH, int(outcome[5:]), seconds)
+            metrics.kubelet.count_failure(PODS_PATH, KubeletFailure.STATUS)
+        elif outcome in _DECODE_OUTCOMES:
+            metrics.kubelet.observe(PODS_PATH, 200, seconds)
+            metrics.kubelet.count_failure(PODS_PATH, KubeletFailure.DECODE)
+        else:
+            metrics.kubelet.count_failure(PODS_PATH, KubeletFailure.TRANSPORT)
+
+    return observe
+
+
+@dataclass
+class Agent:
+    """The assembled daemon: its components in start order, plus handles tests and koordctl read."""
+
+    components: list[Component]
+    cache: MetricCache
+    informer: StatesInformer
+    advisor: MetricsAdvisor
+    metrics: KoordletMetrics
+    server: MetricsServer
+    driver: DriverGuess
+
+
+def build_agent(config: Config, state_dir: Path, node: NodeInfo) -> Agent:
+    paths = host_paths(config)
+    layout = detect_layout(paths)
+    driver = detect_driver(layout)
+    effective_gates = gates.resolve(config.feature_gates)
+    native.configure_fd_budget()
+
+    cache = MetricCache(cache_settings(config, state_dir), time.time)
+    informer = StatesInformer(config, layout, driver.driver, node,
+                              pleg_factory=lambda dirs, on_event: Pleg(dirs, on_event))
+    collector = config.collector
+    metrics = KoordletMetrics(
+        node_name=config.node_name, cache=cache, pods=informer,
+        max_ages=MaxAges.from_intervals(collector.res_used_interval_seconds, collector.psi_interval_seconds,
+                                        collector.cpi_interval_seconds + collector.cpi_time_window_seconds),
+    )
+    metrics.lifecycle.record_start(time.time())
+    options = Options(paths=paths, layout=layout, driver=driver.driver, cache=cache, informer=informer,
+                      config=collector, gates=effective_gates, clock=time.time,
+                      kube_parent=config.host.cgroup_kube_parent)
+    advisor = MetricsAdvisor(options, build_collectors())
+    policy = NodeMetricCollectPolicy(aggregate_duration_seconds=config.node_metric.aggregate_duration_seconds,
+                                     report_interval_seconds=config.node_metric.report_interval_seconds)
+    reporter = NodeMetricRunner(
+        cache, informer, [LocalNodeMetricSink(cache, state_dir, config.node_name)], policy,
+        recorder=metrics.node_metric if effective_gates.get("NodeMetricPromMetrics") else None,
+    )
+    server = MetricsServer(metrics.routes, config.server.addr)
+
+    components: list[Component] = [MetricCacheComponent(cache, config.metric_cache.flush_interval_seconds), informer]
+    if not config.standalone:
+        kubelet = config.kubelet
+        options_k = KubeletOptions(address=kubelet.address, port=kubelet.port, scheme=kubelet.scheme,
+                                   token_file=kubelet.token_file, ca_file=kubelet.ca_file,
+                                   insecure_skip_verify=kubelet.insecure_tls,
+                                   timeout_seconds=kubelet.sync_timeout_seconds,
+                                   sync_interval_seconds=kubelet.sync_interval_seconds)
+        options_k.validate()
+        source = KubeletPodSource(KubeletClient(options_k, observe=kubelet_observer(metrics)),
+                                  kubelet.sync_interval_seconds, informer.set_kubelet_pods,
+                                  pleg_paths=informer.pleg_dirs())
+        components.append(source)
+    components += [advisor, reporter, server]
+    return Agent(components, cache, informer, advisor, metrics, server, driver)

@@ -1,0 +1,172 @@
+"""koordlet's configuration: nested frozen dataclasses, one group per subsystem.
+
+Each leaf field carries its help text, its command-line flag (Koordinator's name where one exists) and a
+check; :mod:`koordlet.config.load` builds the flags, reads the YAML (keys are the field names in camelCase,
+groups nest) and validates both from these declarations, so flags, file and code cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+Check = Callable[[Any], str | None]
+
+
+def opt(default: Any, help: str, *, flag: str | None = None, check: Check | None = None,
+        duration: bool = False) -> Any:
+    """A leaf option. ``duration``: the flag/YAML also take Go-style durations ("10s", "12h")."""
+    meta = {"help": help, "flag": flag, "check": check, "duration": duration}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: MappingProxyType(dict(default)), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def positive(value: Any) -> str | None:
+    return None if value > 0 else f"must be > 0, got {value!r}"
+
+
+def at_least(low: float) -> Check:
+    def check(value: Any) -> str | None:
+        return None if value >= low else f"must be >= {low}, got {value!r}"
+    return check
+
+
+def port(value: Any) -> str | None:
+    return None if 0 < value < 65536 else f"must be 1..65535, got {value!r}"
+
+
+def one_of(*choices: str) -> Check:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}, got {value!r}"
+    return check
+
+
+def listen_addr(value: Any) -> str | None:
+    _host, sep, port_text = str(value).rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) < 65536:
+        return f"must be [host]:port, got {value!r}"
+    return None
+
+
+def _default_node_name() -> str:
+    # Koordinator's koordlet requires NODE_NAME (the DaemonSet sets it from spec.nodeName).
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    cgroup_root_dir: str = opt("/sys/fs/cgroup", "mount point of the cgroup hierarchies", flag="--cgroup-root-dir")
+    proc_root_dir: str = opt("/proc", "the host's procfs", flag="--proc-root-dir")
+    sys_root_dir: str = opt("/sys", "the host's sysfs", flag="--sys-root-dir")
+    var_run_root_dir: str = opt("/var/run", "the host's /var/run (runtime sockets)", flag="--var-run-root-dir")
+    cgroup_kube_parent: str = opt("", "cgroup directory holding kubepods (kubelet --cgroup-root); empty: the "
+                                      "hierarchy root", flag="--cgroup-kube-parent", check=lambda v: (
+                                          f"must be relative without '..', got {v!r}"
+                                          if v.startswith("/") or ".." in v.split("/") else None))
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    addr: str = opt(":9316", "listen address of the Prometheus endpoint (/metrics)", flag="--addr",
+                    check=listen_addr)
+
+
+@dataclass(frozen=True)
+class KubeletConfig:
+    address: str = opt("127.0.0.1", "kubelet's address", flag="--kubelet-addr")
+    port: int = opt(10250, "kubelet's HTTPS port", flag="--kubelet-port", check=port)
+    scheme: str = opt("https", "http only for a kubelet read-only port", flag="--kubelet-scheme",
+                      check=one_of("https", "http"))
+    token_file: str = opt("/var/run/secrets/kubernetes.io/serviceaccount/token", "bearer token sent to kubelet",
+                          flag="--kubelet-token-file")
+    ca_file: str = opt("", "CA bundle that signed kubelet's serving certificate (empty: system trust)",
+                       flag="--kubelet-ca-file")
+    insecure_tls: bool = opt(False, "skip verifying kubelet's certificate (testing only)",
+                             flag="--kubelet-insecure-tls")
+    sync_interval_seconds: float = opt(10.0, "how often the pod list is fetched", flag="--kubelet-sync-interval",
+                                       check=positive, duration=True)
+    sync_timeout_seconds: float = opt(3.0, "timeout of one request to kubelet", flag="--kubelet-sync-timeout",
+                                      check=positive, duration=True)
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    res_used_interval_seconds: float = opt(1.0, "node/pod/container usage collection interval",
+                                           flag="--collect-res-used-interval-seconds", check=positive, duration=True)
+    sys_metric_outdated_seconds: float = opt(10.0, "inputs older than this are ignored by derived series",
+                                             flag="--collect-sys-metric-outdated-interval", check=positive,
+                                             duration=True)
+    node_cpu_info_interval_seconds: float = opt(60.0, "node CPU topology refresh interval",
+                                                flag="--collect-node-cpu-info-interval-seconds", check=positive,
+                                                duration=True)
+    psi_interval_seconds: float = opt(10.0, "PSI collection interval (gate PSICollector)",
+                                      flag="--psi-collector-interval-seconds", check=positive, duration=True)
+    cpi_interval_seconds: float = opt(60.0, "CPI collection interval (gate CPICollector)",
+                                      flag="--cpi-collector-interval-seconds", check=positive, duration=True)
+    cpi_time_window_seconds: float = opt(10.0, "how long CPI counters run per collection",
+                                         flag="--collect-cpi-timewindow-seconds", check=positive, duration=True)
+
+
+@dataclass(frozen=True)
+class MetricCacheConfig:
+    path: str = opt("", "SQLite file for history and KV (empty: <stateDir>/metrics.db)", flag="--tsdb-path")
+    retention_seconds: float = opt(12 * 3600.0, "history kept on disk", flag="--tsdb-retention-duration",
+                                   check=positive, duration=True)
+    max_disk_bytes: int = opt(100 * 1024 * 1024, "disk cap of the history; oldest goes first",
+                              check=at_least(1024 * 1024))
+    flush_interval_seconds: float = opt(30.0, "how often new samples are written to disk", check=positive,
+                                        duration=True)
+    pod_window_seconds: float = opt(600.0, "seconds of pod/container samples kept in memory",
+                                    check=at_least(60), duration=True)
+    node_window_seconds: float = opt(1860.0, "seconds of node samples kept in memory (30-minute aggregates)",
+                                     check=at_least(60), duration=True)
+
+
+@dataclass(frozen=True)
+class NodeMetricConfig:
+    aggregate_duration_seconds: float = opt(300.0, "window of the reported averages (metricAggregateDurationSeconds)",
+                                            check=at_least(60), duration=True)
+    report_interval_seconds: float = opt(60.0, "how often NodeMetric is built and reported",
+                                         check=at_least(30), duration=True)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """A workload of a plain host, treated like a pod (namespace ``standalone``)."""
+
+    name: str = opt("", "unique name")
+    cgroup_path: str = opt("", "cgroup directory relative to the hierarchy roots (or use systemdUnit)")
+    systemd_unit: str = opt("", "a systemd unit; its cgroup is system.slice/<unit>")
+    qos_class: str = opt("LS", "LSE, LSR, LS, BE or SYSTEM", check=one_of("LSE", "LSR", "LS", "BE", "SYSTEM"))
+    priority: int = opt(9000, "priority (koord-prod 9000-9999, koord-batch 5000-5999, ...)")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything ``koordlet run`` needs."""
+
+    node_name: str = field(default_factory=_default_node_name,
+                           metadata={"help": "this node's name (env NODE_NAME)", "flag": "--node-name"})
+    standalone: bool = opt(False, "run without Kubernetes: workloads from config and the host", flag="--standalone")
+    state_dir: str = opt("", "state kept across restarts (empty: /var/lib/koordlet as root, else "
+                             "$XDG_STATE_HOME/koordlet)", flag="--state-dir")
+    log_format: str = opt("text", "text or json", flag="--log-format", check=one_of("text", "json"))
+    log_level: str = opt("info", "debug, info, warning, error or critical", flag="--log-level",
+                         check=one_of("debug", "info", "warning", "error", "critical"))
+    feature_gates: Mapping[str, bool] = opt({}, "Name=true|false overrides (AllAlpha, AllBeta too)",
+                                            flag="--feature-gates")
+    host: HostConfig = field(default_factory=HostConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    kubelet: KubeletConfig = field(default_factory=KubeletConfig)
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    metric_cache: MetricCacheConfig = field(default_factory=MetricCacheConfig)
+    node_metric: NodeMetricConfig = field(default_factory=NodeMetricConfig)
+    workloads: tuple[WorkloadConfig, ...] = opt((), "standalone: workloads of this host (name, "
+                                                    "cgroupPath or systemdUnit, qosClass, priority)")
+    discover_kubepods: bool = opt(True, "standalone: also take pods from a kubepods tree found on the host",
+                                  flag="--discover-kubepods")

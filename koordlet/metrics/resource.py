@@ -1,0 +1,86 @@
+"""Resource usage: the node's (``koordlet_node_used_*``, Koordinator's common.go) and each pod's and
+container's, read from the metric cache at scrape time.
+
+Koordinator's koordlet exports node usage only (it keeps pod usage in its TSDB and NodeMetric);
+``koordlet_pod_resource_usage`` and ``koordlet_container_resource_usage`` are this project's, named and
+labelled after Koordinator's per-container metrics (``koordlet_container_resource_requests``:
+``resource`` plus ``unit`` = core | byte).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client.core import GaugeMetricFamily
+
+from koordlet.metriccache import names
+from koordlet.metriccache.cache import labels_of
+from koordlet.metrics import labels
+from koordlet.metrics.sources import LatestSamples, PodLister, ScrapeCollector, pod_label_values, running_containers
+
+NODE_USED_CPU: Final = labels.PREFIX + "node_used_cpu_cores"
+NODE_USED_MEMORY: Final = labels.PREFIX + "node_used_memory_bytes"
+POD_RESOURCE_USAGE: Final = labels.PREFIX + "pod_resource_usage"
+CONTAINER_RESOURCE_USAGE: Final = labels.PREFIX + "container_resource_usage"
+
+_USAGE: Final = (
+    (labels.RESOURCE_CPU, labels.UNIT_CORE, names.POD_CPU_USAGE, names.CONTAINER_CPU_USAGE),
+    (labels.RESOURCE_MEMORY, labels.UNIT_BYTE, names.POD_MEMORY_USAGE, names.CONTAINER_MEMORY_USAGE),
+)
+
+
+class NodeUsageCollector(ScrapeCollector):
+    """``koordlet_node_used_cpu_cores`` and ``koordlet_node_used_memory_bytes``: the newest node samples,
+    left out when older than ``max_age_seconds`` (a stalled collector must not look like a steady node)."""
+
+    def __init__(self, cache: LatestSamples, node_name: str, max_age_seconds: float) -> None:
+        super().__init__(node_name)
+        self._cache = cache
+        self._max_age = max_age_seconds
+
+    def _families(self) -> tuple[GaugeMetricFamily, ...]:
+        return (
+            GaugeMetricFamily(NODE_USED_CPU, "Number of cpu cores used by node in realtime", labels=[labels.NODE]),
+            GaugeMetricFamily(NODE_USED_MEMORY, "Memory used by node in realtime", labels=[labels.NODE]),
+        )
+
+    def _fill(self, families: tuple[GaugeMetricFamily, ...]) -> None:
+        for family, series in zip(families, (names.NODE_CPU_USAGE, names.NODE_MEMORY_USAGE), strict=True):
+            sample = self._cache.latest(series, labels_of(), self._max_age)
+            if sample is not None:
+                family.add_metric([self._node], sample[1])
+
+
+class PodUsageCollector(ScrapeCollector):
+    """``koordlet_pod_resource_usage`` and ``koordlet_container_resource_usage`` for the informer's current
+    pods, from samples no older than ``max_age_seconds``."""
+
+    def __init__(self, cache: LatestSamples, pods: PodLister, node_name: str, max_age_seconds: float) -> None:
+        super().__init__(node_name)
+        self._cache = cache
+        self._pods = pods
+        self._max_age = max_age_seconds
+
+    def _families(self) -> tuple[GaugeMetricFamily, ...]:
+        return (
+            GaugeMetricFamily(POD_RESOURCE_USAGE, "pod resource usage collected by koordlet",
+                              labels=[*labels.POD_LABELS, labels.RESOURCE, labels.UNIT]),
+            GaugeMetricFamily(CONTAINER_RESOURCE_USAGE, "container resource usage collected by koordlet",
+                              labels=[*labels.CONTAINER_LABELS, labels.RESOURCE, labels.UNIT]),
+        )
+
+    def _fill(self, families: tuple[GaugeMetricFamily, ...]) -> None:
+        pod_family, container_family = families
+        for meta in self._pods.pods():
+            pod = pod_label_values(meta)
+            for resource, unit, pod_series, _ in _USAGE:
+                sample = self._cache.latest(pod_series, labels_of(pod=meta.uid), self._max_age)
+                if sample is not None:
+                    pod_family.add_metric([self._node, *pod, resource, unit], sample[1])
+            for container in running_containers(meta):
+                key = labels_of(pod=meta.uid, container=container.bare_id)
+                for resource, unit, _, container_series in _USAGE:
+                    sample = self._cache.latest(container_series, key, self._max_age)
+                    if sample is not None:
+                        container_family.add_metric(
+                            [self._node, container.label_id, container.name, *pod, resource, unit], sample[1])

@@ -1,0 +1,181 @@
+"""The metrics HTTP endpoint (Koordinator ``--addr=:9316``): ``/metrics``, ``/internal-metrics``,
+``/external-metrics`` and ``/healthz``, served from a thread of the daemon.
+
+Responses use the exposition format the scraper asks for (Prometheus text by default, OpenMetrics when
+its ``Accept`` header prefers it), as prometheus_client's own handler does.  An address with an empty host
+(``:9316``) listens on every interface, IPv6 included where the host has it, as Go's listener does.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import socketserver
+import threading
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Final
+from urllib.parse import urlsplit
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from koordlet.errors import ConfigError
+from koordlet.metrics.registry import PATH_METRICS, KoordletMetrics
+
+DEFAULT_ADDR: Final = ":9316"
+PATH_HEALTHZ: Final = "/healthz"
+POLL_INTERVAL_SECONDS: Final = 0.2
+"""How often the serving loop checks for a stop request: bounds how long :meth:`MetricsServer.stop` waits."""
+
+log = logging.getLogger(__name__)
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """``host:port`` (``:9316``, ``127.0.0.1:9316``, ``[::1]:9316``) -> (host, port); empty host = all."""
+    host, sep, port_text = addr.rpartition(":")
+    if not sep:
+        raise ConfigError(f"metrics address {addr!r}: expected host:port, e.g. :9316")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"metrics address {addr!r}: port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"metrics address {addr!r}: port {port} is out of range")
+    return host, port
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a scrape in flight must not hold up shutdown
+
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, dual_stack: bool,
+                 routes: Mapping[str, Collector], healthz: Callable[[], bool] | None) -> None:
+        self.address_family = family
+        self.dual_stack = dual_stack
+        self.routes = dict(routes)
+        self.healthz = healthz
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        if self.dual_stack:
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        # HTTPServer.server_bind would also resolve the host's FQDN, a DNS round trip we have no use for.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name = str(self.server_address[0])
+        self.server_port = int(self.server_address[1])
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path == PATH_HEALTHZ:
+            healthy = self.server.healthz is None or self.server.healthz()
+            self._send(200 if healthy else 503, b"ok\n" if healthy else b"unhealthy\n", "text/plain; charset=utf-8")
+            return
+        collector = self.server.routes.get(path)
+        if collector is None:
+            self._send(404, b"not found\n", "text/plain; charset=utf-8")
+            return
+        encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+        try:
+            body = encoder(collector)
+        except Exception:
+            log.exception("metrics scrape failed", extra={"path": path})
+            self._send(500, b"metrics collection failed\n", "text/plain; charset=utf-8")
+            return
+        self._send(200, body, content_type)
+
+    def _send(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("metrics request", extra={"client": self.client_address[0], "request": format % args})
+
+
+class MetricsServer:
+    """The HTTP endpoint as a daemon component: :meth:`start` binds (raising if the port is taken) and
+    serves on a thread; :meth:`stop` closes the socket and joins the thread."""
+
+    name: Final = "metrics-server"
+
+    def __init__(self, routes: Mapping[str, Collector], addr: str = DEFAULT_ADDR,
+                 healthz: Callable[[], bool] | None = None) -> None:
+        self._routes = dict(routes)
+        self._addr = addr
+        self._host, self._port = parse_addr(addr)
+        self._healthz = healthz
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """Where it listens (the real port when started with port 0)."""
+        if self._server is None:
+            return self._host, self._port
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self, on_failure: Callable[[BaseException], None] | None = None) -> None:
+        if self._server is not None:
+            raise RuntimeError("metrics server already started")
+        try:
+            self._server = self._bind()
+        except OSError as exc:
+            raise OSError(exc.errno, f"metrics server cannot listen on {self._addr}: {exc.strerror or exc}") from exc
+        server = self._server
+
+        def serve() -> None:
+            try:
+                server.serve_forever(poll_interval=POLL_INTERVAL_SECONDS)
+            except BaseException as exc:
+                if on_failure is None:
+                    raise
+                on_failure(exc)
+
+        self._thread = threading.Thread(target=serve, name="koordlet-metrics-http", daemon=True)
+        self._thread.start()
+        log.info("serving metrics", extra={"address": f"{self.address[0]}:{self.address[1]}",
+                                           "paths": sorted(self._routes)})
+
+    def stop(self, timeout_seconds: float = 5.0) -> None:
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        # shutdown() waits for the loop, which notices within POLL_INTERVAL_SECONDS.
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout_seconds)
+        self._server = None
+        self._thread = None
+
+    def _bind(self) -> _Server:
+        host = self._host
+        if host == "" and socket.has_dualstack_ipv6():
+            try:
+                return _Server(("::", self._port), socket.AF_INET6, True, self._routes, self._healthz)
+            except OSError as exc:
+                # IPv6 compiled in but disabled on the host: IPv4 on every interface is what is left.
+                log.debug("dual-stack listen failed, using IPv4", extra={"error": str(exc)})
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return _Server((host or "0.0.0.0", self._port), family, False, self._routes, self._healthz)
+
+
+def serve(source: KoordletMetrics | Collector, addr: str = DEFAULT_ADDR,
+          healthz: Callable[[], bool] | None = None) -> MetricsServer:
+    """Serve ``source`` on ``addr`` from a thread and return the running server (call ``stop()``).
+
+    A :class:`KoordletMetrics` gets all of Koordinator's paths; any other collector (a bare registry) is
+    served at ``/metrics``."""
+    routes = source.routes if isinstance(source, KoordletMetrics) else {PATH_METRICS: source}
+    server = MetricsServer(routes, addr, healthz)
+    server.start()
+    return server

@@ -1,0 +1,56 @@
+"""Node CPU and memory usage (Koordinator NodeResource collector).
+
+CPU: the change of /proc/stat's user+nice+system+irq+softirq over the elapsed time, in cores (steal and
+idle/iowait excluded); the first sample only sets the baseline.  Memory: MemTotal - MemAvailable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from koordlet import native
+from koordlet.metriccache import names
+from koordlet.metricsadvisor.cgroupfiles import Rate
+from koordlet.metricsadvisor.framework import FileGroup, Options
+from koordlet.statesinformer.framework import PodMeta
+
+NAME = "noderesource"
+_STAT, _MEMINFO = ("node", "stat"), ("node", "meminfo")
+
+
+class NodeResourceCollector:
+    name = NAME
+
+    def __init__(self) -> None:
+        self._rate = Rate()
+        self._ticks_per_second = float(os.sysconf("SC_CLK_TCK"))
+
+    def enabled(self, options: Options) -> bool:
+        return True
+
+    def interval(self, options: Options) -> float:
+        return options.config.res_used_interval_seconds
+
+    def setup(self, options: Options, files: FileGroup) -> None:
+        self._options = options
+        self._files = files
+        self._stat = files.track(_STAT, options.paths.proc("stat"), native.Kind.PROC_STAT)
+        self._meminfo = files.track(_MEMINFO, options.paths.proc("meminfo"), native.Kind.MEMINFO,
+                                    ["MemTotal", "MemAvailable"])
+
+    def on_pods(self, pods: Sequence[PodMeta]) -> None:
+        return None
+
+    def collect(self, batch: native.BatchResult, now: float) -> None:
+        cache = self._options.cache
+        stat = batch.get(self._stat)
+        if stat is not None:
+            busy = stat.user + stat.nice + stat.system + stat.irq + stat.softirq
+            rate = self._rate.update(_STAT, now, busy / self._ticks_per_second)
+            if rate is not None:
+                cache.append(names.NODE_CPU_USAGE, (), now, rate)
+        total = batch.key_value(self._meminfo, 0)
+        available = batch.key_value(self._meminfo, 1)
+        if total is not None and available is not None:
+            cache.append(names.NODE_MEMORY_USAGE, (), now, float(max(total - available, 0)))

@@ -1,0 +1,1 @@
+"""States informer: the node's pods (kubelet or host), node facts, NodeMetric reporting."""

@@ -1,0 +1,166 @@
+"""The states informer: one pod list for everyone, from kubelet (Kubernetes) or from the host (standalone).
+
+Readers get an immutable tuple that is replaced, never mutated, so they need no lock; subscribers are
+called after each change from the informer's thread.  In standalone mode a thread rescans the kubepods
+tree every sync interval and right after a pod directory appears or goes (PLEG, inotify).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from koordlet.apis.pod import Pod
+from koordlet.config.types import Config
+from koordlet.errors import KoordletError, ParseError
+from koordlet.statesinformer.framework import ContainerMeta, PodMeta, PodsCallback
+from koordlet.statesinformer.standalone import scan_kubepods, workload_pods
+from koordlet.system.kubepaths import (
+    CgroupDriver,
+    KubeQoS,
+    container_dir,
+    parse_container_id,
+    pod_dir,
+    qos_dir,
+    under_parent,
+)
+from koordlet.system.layout import CgroupLayout
+from koordlet.system.node import NodeInfo
+
+log = logging.getLogger(__name__)
+
+
+def kubelet_pod_meta(pod: Pod, driver: CgroupDriver, parent: str = "") -> PodMeta:
+    """A kubelet pod with the cgroup directories kubelet and the runtime gave it."""
+    qos = pod.kube_qos or KubeQoS.BESTEFFORT
+    try:
+        rel_dir = under_parent(parent, pod_dir(driver, qos, pod.uid))
+    except ParseError:
+        rel_dir = ""
+    containers = []
+    for c in pod.containers:
+        cdir, cid = "", ""
+        if c.container_id and rel_dir:
+            try:
+                cid = parse_container_id(c.container_id).id
+                cdir = under_parent(parent, container_dir(driver, qos, pod.uid, c.container_id))
+            except ParseError:
+                cid, cdir = "", ""
+        containers.append(ContainerMeta(name=c.name, container_id=cid, cgroup_dir=cdir))
+    return PodMeta(pod=pod, cgroup_dir=rel_dir, containers=tuple(containers), source="kubelet")
+
+
+class StatesInformer:
+    """Pods and node facts; a daemon component."""
+
+    name = "statesinformer"
+
+    def __init__(self, config: Config, layout: CgroupLayout, driver: CgroupDriver, node: NodeInfo,
+                 pleg_factory: Callable[[Sequence[str], Callable[[], None]], object] | None = None) -> None:
+        self._config = config
+        self._layout = layout
+        self._driver = driver
+        self._node = node
+        self._pods: tuple[PodMeta, ...] = ()
+        self._callbacks: list[PodsCallback] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pleg_factory = pleg_factory
+        self._pleg: object | None = None
+        self.syncs = 0
+
+    # ------------------------------------------------------------------------------ StatesInformer
+
+    def pods(self) -> tuple[PodMeta, ...]:
+        return self._pods
+
+    def node(self) -> NodeInfo:
+        return self._node
+
+    def subscribe(self, callback: PodsCallback) -> None:
+        with self._lock:
+            self._callbacks.append(callback)
+
+    # ------------------------------------------------------------------------------ updates
+
+    def set_pods(self, pods: Sequence[PodMeta]) -> bool:
+        """Publishes a new list; returns False (and notifies nobody) when nothing changed."""
+        ordered = tuple(sorted(pods, key=lambda p: p.uid))
+        if ordered == self._pods:
+            return False
+        self._pods = ordered
+        with self._lock:
+            callbacks = list(self._callbacks)
+        for callback in callbacks:
+            try:
+                callback(ordered)
+            except Exception:
+                log.exception("pods subscriber failed")
+        return True
+
+    def set_kubelet_pods(self, pods: Sequence[Pod]) -> None:
+        """The kubelet source's callback: the pods kubelet runs (terminated ones hold no cgroups)."""
+        parent = self._config.host.cgroup_kube_parent
+        self.set_pods([kubelet_pod_meta(p, self._driver, parent) for p in pods if not p.terminated])
+
+    def sync_standalone(self) -> bool:
+        """Rescans the host (configured workloads + kubepods tree) and publishes the result."""
+        pods = workload_pods(self._config.workloads)
+        if self._config.discover_kubepods:
+            configured = {p.uid for p in pods}
+            found = scan_kubepods(self._layout, self._driver, self._config.host.cgroup_kube_parent)
+            pods += [p for p in found if p.uid not in configured]
+        self.syncs += 1
+        return self.set_pods(pods)
+
+    def trigger(self) -> None:
+        """Asks for a rescan soon (PLEG saw a pod directory appear or go)."""
+        self._wake.set()
+
+    def pleg_dirs(self) -> list[str]:
+        """The QoS directories of the cpu hierarchy whose pod entries signal pod changes."""
+        try:
+            root = self._layout.controller_root("cpu")
+        except KoordletError:
+            return []
+        parent = self._config.host.cgroup_kube_parent
+        return [f"{root}/{under_parent(parent, qos_dir(self._driver, q))}" for q in KubeQoS]
+
+    # ------------------------------------------------------------------------------ component
+
+    def start(self, on_failure: Callable[[BaseException], None]) -> None:
+        """Standalone: the first scan happens before returning, so collectors start with pods."""
+        if not self._config.standalone:
+            return  # the kubelet source drives set_kubelet_pods
+        self.sync_standalone()
+        if self._pleg_factory is not None:
+            self._pleg = self._pleg_factory(self.pleg_dirs(), self.trigger)
+            self._pleg.start()  # type: ignore[attr-defined]
+        interval = self._config.kubelet.sync_interval_seconds
+
+        def loop() -> None:
+            try:
+                while not self._stop.is_set():
+                    self._wake.wait(interval)
+                    self._wake.clear()
+                    if self._stop.is_set():
+                        break
+                    self.sync_standalone()
+                    # At most 5 rescans a second however busy the runtime is (Koordinator's PLEG rate).
+                    self._stop.wait(0.2)
+            except BaseException as exc:
+                on_failure(exc)
+
+        self._thread = threading.Thread(target=loop, name="koordlet-statesinformer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_seconds: float) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._pleg is not None:
+            self._pleg.stop(timeout_seconds)  # type: ignore[attr-defined]
+        if self._thread is not None:
+            self._thread.join(timeout_seconds)

@@ -1,0 +1,101 @@
+"""Pods of a host without Kubernetes: workloads named in the config, and any kubepods tree found on disk.
+
+A workload becomes a pod of namespace ``standalone`` (uid ``standalone-<name>``) so collectors, strategies
+and reports treat it like any pod.  A kubepods tree (left by a kubelet, or made by a runtime directly) is
+read from the cpu hierarchy: its QoS directory gives the Kubernetes QoS class, so Guaranteed/Burstable/
+BestEffort pods map to LSR/LS/BE as Koordinator's fallback does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from koordlet.apis.extension import LABEL_QOS
+from koordlet.apis.pod import Container, Pod
+from koordlet.config.types import WorkloadConfig
+from koordlet.errors import KoordletError, ParseError
+from koordlet.statesinformer.framework import ContainerMeta, PodMeta
+from koordlet.system.kubepaths import (
+    CgroupDriver,
+    KubeQoS,
+    parse_container_dir_name,
+    parse_pod_dir_name,
+    qos_dir,
+    under_parent,
+)
+from koordlet.system.layout import CgroupLayout
+
+STANDALONE_NAMESPACE = "standalone"
+
+
+def workload_pods(workloads: Sequence[WorkloadConfig]) -> list[PodMeta]:
+    """The configured workloads as pods (a systemd unit lives in ``system.slice/<unit>``)."""
+    pods = []
+    for w in workloads:
+        rel_dir = w.cgroup_path.strip("/") if w.cgroup_path else f"system.slice/{w.systemd_unit}"
+        pod = Pod(
+            uid=f"standalone-{w.name}",
+            name=w.name,
+            namespace=STANDALONE_NAMESPACE,
+            labels={LABEL_QOS: w.qos_class},
+            annotations={},
+            kube_qos=None,
+            phase="Running",
+            priority=w.priority,
+        )
+        pods.append(PodMeta(pod=pod, cgroup_dir=rel_dir, containers=(), source="config"))
+    return pods
+
+
+def scan_kubepods(layout: CgroupLayout, driver: CgroupDriver, parent: str = "") -> list[PodMeta]:
+    """Pods and their containers found under the kubepods QoS directories of the cpu hierarchy."""
+    try:
+        root = layout.controller_root("cpu")
+    except KoordletError:
+        return []
+    pods: list[PodMeta] = []
+    for qos in KubeQoS:
+        qdir = under_parent(parent, qos_dir(driver, qos))
+        try:
+            entries = list(os.scandir(os.path.join(root, qdir)))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                uid = parse_pod_dir_name(driver, entry.name)
+            except ParseError:
+                continue  # QoS subdirectories, and directories that are not pods
+            pods.append(_discovered_pod(entry.path, f"{qdir}/{entry.name}", uid, qos, driver))
+    return pods
+
+
+def _discovered_pod(path: str, rel_dir: str, uid: str, qos: KubeQoS, driver: CgroupDriver) -> PodMeta:
+    containers: list[ContainerMeta] = []
+    try:
+        children = list(os.scandir(path))
+    except OSError:
+        children = []
+    for child in children:
+        if not child.is_dir(follow_symlinks=False):
+            continue
+        try:
+            ref = parse_container_dir_name(driver, child.name)
+        except ParseError:
+            continue
+        containers.append(ContainerMeta(name=ref.id[:12], container_id=ref.id, cgroup_dir=f"{rel_dir}/{child.name}"))
+    containers.sort(key=lambda c: c.container_id)
+    pod = Pod(
+        uid=uid,
+        name=f"pod{uid}",
+        namespace="kubepods",
+        labels={},
+        annotations={},
+        kube_qos=qos,
+        phase="Running",
+        priority=None,
+        containers=tuple(Container(name=c.name, container_id=c.container_id) for c in containers),
+    )
+    return PodMeta(pod=pod, cgroup_dir=rel_dir, containers=tuple(containers), source="kubepods")
