@@ -63,12 +63,21 @@ struct kc_entry {
     struct kc_keys *keys;
 };
 
+struct kc_keyset {
+    char *spec;
+    struct kc_keys keys;
+};
+
 struct kc_set {
     struct kc_entry *entries;
     int cap;
     int slots;  /* highest slot in use + 1 */
     int open_fds;
     char *buf;  /* KC_MAX_FILE + 1: a full buffer means the file is too large */
+    /* Parsed key selections, shared: thousands of memory.stat entries select the same few keys, and a
+     * parsed selection is 2 KiB. */
+    struct kc_keyset **keysets;
+    int nkeysets;
 };
 
 kc_set *kc_set_new(void)
@@ -98,9 +107,41 @@ static void entry_clear(kc_set *set, struct kc_entry *e)
 {
     entry_close(set, e);
     free(e->path);
-    free(e->keys);
     e->path = NULL;
-    e->keys = NULL;
+    e->keys = NULL;  /* owned by set->keysets */
+}
+
+/* The shared parsed form of a key selection; NULL with *err set on a bad spec or no memory. */
+static struct kc_keys *keyset_for(kc_set *set, const char *spec, int *err)
+{
+    struct kc_keyset *ks, **grown;
+    int i;
+    for (i = 0; i < set->nkeysets; i++)
+        if (strcmp(set->keysets[i]->spec, spec) == 0)
+            return &set->keysets[i]->keys;
+    ks = calloc(1, sizeof(*ks));
+    if (!ks) {
+        *err = ENOMEM;
+        return NULL;
+    }
+    if (kc_keys_parse(spec, &ks->keys)) {
+        free(ks);
+        *err = EINVAL;
+        return NULL;
+    }
+    ks->spec = strdup(spec);
+    grown = realloc(set->keysets, (size_t)(set->nkeysets + 1) * sizeof(*grown));
+    if (!ks->spec || !grown) {
+        free(ks->spec);
+        free(ks);
+        if (grown)
+            set->keysets = grown;
+        *err = ENOMEM;
+        return NULL;
+    }
+    set->keysets = grown;
+    set->keysets[set->nkeysets++] = ks;
+    return &ks->keys;
 }
 
 void kc_set_free(kc_set *set)
@@ -110,6 +151,11 @@ void kc_set_free(kc_set *set)
         return;
     for (i = 0; i < set->slots; i++)
         entry_clear(set, &set->entries[i]);
+    for (i = 0; i < set->nkeysets; i++) {
+        free(set->keysets[i]->spec);
+        free(set->keysets[i]);
+    }
+    free(set->keysets);
     free(set->entries);
     free(set->buf);
     free(set);
@@ -126,33 +172,25 @@ int kc_set_add(kc_set *set, const char *path, int kind, const char *keys)
     if (!set || !path || !*path || !kind_valid(kind) || (keys && !kind_has_keys(kind)))
         return -EINVAL;
     if (kind_has_keys(kind)) {
-        k = malloc(sizeof(*k));
-        if (!k)
-            return -ENOMEM;
-        if (kc_keys_parse(keys, k)) {
-            free(k);
-            return -EINVAL;
-        }
+        int err = EINVAL;
+        if (!keys || !(k = keyset_for(set, keys, &err)))
+            return -err;
     }
     for (slot = 0; slot < set->slots && set->entries[slot].path; slot++)
         ;
     if (slot == set->cap) {
         int cap = set->cap ? set->cap * 2 : 64;
         struct kc_entry *grown = realloc(set->entries, (size_t)cap * sizeof(*grown));
-        if (!grown) {
-            free(k);
+        if (!grown)
             return -ENOMEM;
-        }
         memset(grown + set->cap, 0, (size_t)(cap - set->cap) * sizeof(*grown));
         set->entries = grown;
         set->cap = cap;
     }
     e = &set->entries[slot];
     e->path = strdup(path);
-    if (!e->path) {
-        free(k);
+    if (!e->path)
         return -ENOMEM;
-    }
     e->kind = kind;
     e->fd = -1;
     e->keys = k;
@@ -243,6 +281,31 @@ int kc_set_read(kc_set *set, const int *slots, int n, struct kc_result *out)
         ok += out[i].err == 0;
     }
     return ok;
+}
+
+int kc_gather(const struct kc_result *out, int nout, const int *slots, int n, int mode, int index, int found_bit,
+              double *dest)
+{
+    int i, j;
+    const double nan = __builtin_nan("");
+    if (!out || !slots || !dest || n < 0 || index < 0 || index >= KC_MAX_VALUES || found_bit >= 64 ||
+        (mode != KC_GATHER_VALUE && mode != KC_GATHER_KEY_SUM))
+        return -EINVAL;
+    for (i = 0; i < n; i++) {
+        const struct kc_result *r = slots[i] >= 0 && slots[i] < nout ? &out[slots[i]] : NULL;
+        if (!r || r->err || (found_bit >= 0 && !(r->found >> found_bit & 1))) {
+            dest[i] = nan;
+        } else if (mode == KC_GATHER_KEY_SUM) {
+            double sum = 0;
+            for (j = 0; j < KC_MAX_VALUES; j++)
+                if (r->found >> j & 1)
+                    sum += (double)r->v[j];
+            dest[i] = sum;
+        } else {
+            dest[i] = (double)r->v[index];
+        }
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ one-shot reads */

@@ -81,6 +81,14 @@ int kc_set_open_fds(kc_set *set);   /* fds this set keeps open now */
 /* Reads slots[0..n) into out[0..n); slots == NULL means slots 0..n-1 (free slots report EBADF).
  * Returns the number of entries with err == 0, or -errno for a bad call. */
 int kc_set_read(kc_set *set, const int *slots, int n, struct kc_result *out);
+/* Gathers one number per entry of a read into dest[i], NaN when out[slots[i]] failed or, with
+ * found_bit >= 0, when that bit of its found mask is clear (a missing key, a PSI file without "full"):
+ * KC_GATHER_VALUE takes v[index]; KC_GATHER_KEY_SUM the sum of the selected keys present.  Lets a
+ * collector turn thousands of results into one array with one call. */
+#define KC_GATHER_VALUE 1
+#define KC_GATHER_KEY_SUM 2
+int kc_gather(const struct kc_result *out, int nout, const int *slots, int n, int mode, int index, int found_bit,
+              double *dest);
 
 /* Parses bytes already in memory (content obtained elsewhere, and the parser property tests). */
 int kc_parse_buffer(int kind, const char *keys, const char *buf, int len, struct kc_result *out);

@@ -373,7 +373,7 @@ class FileSet:
             # A fresh array per read: a result handed out earlier keeps its own values.
             out = ffi.new("struct kc_result[]", max(n, 1))
             lib.kc_set_read(self._handle, ffi.NULL, n, out)
-            return BatchResult(out, dict(self._entries))
+            return BatchResult(out, dict(self._entries), n)
 
     def close(self) -> None:
         """Closes every kept fd now (also done when the set is garbage collected)."""
@@ -383,14 +383,30 @@ class FileSet:
             self._entries.clear()
 
 
+class Gather(enum.IntEnum):
+    VALUE = lib.KC_GATHER_VALUE
+    KEY_SUM = lib.KC_GATHER_KEY_SUM
+
+
+class Slots:
+    """A fixed list of slots in C memory, built once per pod change and gathered every tick."""
+
+    __slots__ = ("array", "count")
+
+    def __init__(self, slots: Sequence[int]) -> None:
+        self.count = len(slots)
+        self.array = ffi.new("int[]", list(slots) or [0])
+
+
 class BatchResult:
     """The outcome of one :meth:`FileSet.read`, addressed by slot."""
 
-    __slots__ = ("_entries", "_out")
+    __slots__ = ("_entries", "_out", "_size")
 
-    def __init__(self, out: Any, entries: dict[int, _Entry]) -> None:
+    def __init__(self, out: Any, entries: dict[int, _Entry], size: int = 0) -> None:
         self._out = out
         self._entries = entries
+        self._size = size
 
     def slots(self) -> Iterable[int]:
         return self._entries.keys()
@@ -417,6 +433,20 @@ class BatchResult:
         return _decode(entry.kind, entry.keys, result)
 
     # Fast accessors for collectors that read thousands of entries a tick: no dict or object per value.
+
+    def gather(self, slots: Slots, how: Gather, index: int = 0, found_bit: int = -1) -> list[float]:
+        """One number per slot in one C call: ``Gather.VALUE`` v[index] (an INT's value, a KV's selected key
+        ``index``, a PSI field), ``Gather.KEY_SUM`` the sum of the selected keys present.  NaN where the entry
+        failed, or where bit ``found_bit`` of its found mask is clear (pass the key index for a KV key)."""
+        dest = ffi.new("double[]", max(slots.count, 1))
+        rc = lib.kc_gather(self._out, self._size, slots.array, slots.count, how, index, found_bit, dest)
+        if rc < 0:
+            raise ValueError(f"gather {how!r} index {index} found_bit {found_bit}: invalid arguments")
+        return ffi.unpack(dest, slots.count)  # type: ignore[no-any-return]
+
+    def gather_key(self, slots: Slots, index: int) -> list[float]:
+        """Selected key ``index`` of KV/MEMINFO entries (NaN where failed or absent)."""
+        return self.gather(slots, Gather.VALUE, index, index)
 
     def int_value(self, slot: int) -> int | None:
         """v[0] of a successful INT entry (or any kind's first value); None when the entry failed."""

@@ -52,12 +52,17 @@ def cache_settings(config: Config, state_dir: Path) -> CacheSettings:
         path=Path(mc.path) if mc.path else state_dir / "metrics.db",
         interval_seconds=collector.res_used_interval_seconds,
         default_window_seconds=pod_window,
-        windows=dict.fromkeys(names.NODE_SERIES, node_window),
-        intervals={names.NODE_PSI: collector.psi_interval_seconds, names.POD_PSI: collector.psi_interval_seconds,
+        windows={**dict.fromkeys(names.NODE_SERIES, node_window),
+                 # Throttling and pressure matter for what happens now, not for the 5-minute reports.
+                 **dict.fromkeys(names.VOLATILE_SERIES, mc.volatile_window_seconds)},
+        intervals={names.POD_MEMORY_USAGE: collector.memory_interval_seconds,
+                   names.CONTAINER_MEMORY_USAGE: collector.memory_interval_seconds,
+                   names.NODE_PSI: collector.psi_interval_seconds, names.POD_PSI: collector.psi_interval_seconds,
                    names.CONTAINER_PSI: collector.psi_interval_seconds,
                    names.CONTAINER_CPI: collector.cpi_interval_seconds},
         retention_seconds=mc.retention_seconds,
         max_disk_bytes=mc.max_disk_bytes,
+        volatile=names.VOLATILE_SERIES,
     )
 
 
@@ -95,7 +100,7 @@ class Agent:
 def build_agent(config: Config, state_dir: Path, node: NodeInfo) -> Agent:
     paths = host_paths(config)
     layout = detect_layout(paths)
-    driver = detect_driver(layout)
+    driver = detect_driver(layout, config.host.cgroup_kube_parent)
     effective_gates = gates.resolve(config.feature_gates)
     native.configure_fd_budget()
 

@@ -98,6 +98,10 @@ class KubeletConfig:
 class CollectorConfig:
     res_used_interval_seconds: float = opt(1.0, "node/pod/container usage collection interval",
                                            flag="--collect-res-used-interval-seconds", check=positive, duration=True)
+    memory_interval_seconds: float = opt(5.0, "pod/container memory.stat collection interval: on cgroup v1 a "
+                                              "memory.stat read costs ~17 us in the kernel, 1.7% of a core per "
+                                              "second for 1,000 containers, so it is read less often than CPU",
+                                         flag="--collect-memory-interval-seconds", check=positive, duration=True)
     sys_metric_outdated_seconds: float = opt(10.0, "inputs older than this are ignored by derived series",
                                              flag="--collect-sys-metric-outdated-interval", check=positive,
                                              duration=True)
@@ -121,8 +125,11 @@ class MetricCacheConfig:
                               check=at_least(1024 * 1024))
     flush_interval_seconds: float = opt(30.0, "how often new samples are written to disk", check=positive,
                                         duration=True)
-    pod_window_seconds: float = opt(600.0, "seconds of pod/container samples kept in memory",
+    pod_window_seconds: float = opt(330.0, "seconds of pod/container usage kept in memory (at least the "
+                                           "NodeMetric aggregate duration; older windows read from disk)",
                                     check=at_least(60), duration=True)
+    volatile_window_seconds: float = opt(120.0, "seconds of per-pod throttling, PSI and CPI kept (memory only)",
+                                         check=at_least(30), duration=True)
     node_window_seconds: float = opt(1860.0, "seconds of node samples kept in memory (30-minute aggregates)",
                                      check=at_least(60), duration=True)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,9 @@ class CacheSettings:
     """History kept on disk (Koordinator's --tsdb-retention-duration default, 12h)."""
     max_disk_bytes: int = 100 * 1024 * 1024
     """Disk cap; the oldest history goes first (Koordinator caps its TSDB at 100MB)."""
+    volatile: frozenset[str] = frozenset()
+    """Metric names kept in memory only (signals that matter now, like throttling and pressure): history
+    on disk is for usage, which NodeMetric and restarts need."""
 
     def window_for(self, name: str) -> float:
         return self.windows.get(name, self.default_window_seconds)
@@ -80,10 +83,11 @@ class MetricCache:
         if ring is None and create:
             window = self.settings.window_for(name)
             ring = Ring(self.settings.capacity_for(name))
-            now = self._clock()
-            times, values = self.disk.read(series_key(name, labels), now - window, now)
-            for t, v in zip(times, values, strict=True):
-                ring.append(t, v)
+            if name not in self.settings.volatile:
+                now = self._clock()
+                times, values = self.disk.read(series_key(name, labels), now - window, now)
+                for t, v in zip(times, values, strict=True):
+                    ring.append(t, v)
             ring.pending = 0
             self._rings[(name, labels)] = ring
         return ring
@@ -101,11 +105,29 @@ class MetricCache:
                 assert ring is not None
                 ring.append(t, value)
 
+    def handles(self, series: Sequence[tuple[str, Labels]]) -> list[Ring]:
+        """Handles to append to without a lookup per sample (see :meth:`append_handles`); a handle of a
+        series dropped later takes appends that no query sees, so refresh handles when series change."""
+        with self._lock:
+            rings = []
+            for name, labels in series:
+                ring = self._ring(name, labels, create=True)
+                assert ring is not None
+                rings.append(ring)
+            return rings
+
+    def append_handles(self, handles: Sequence[Ring], t: float, values: Sequence[float]) -> None:
+        """Appends values[i] at time t to handles[i], skipping NaN (a failed read)."""
+        with self._lock:
+            for ring, value in zip(handles, values, strict=True):
+                if value == value:
+                    ring.append(t, value)
+
     def drop(self, name: str, labels: Labels) -> None:
         """Forgets a series in memory (its pod went); its history ages out on disk."""
         with self._lock:
             ring = self._rings.pop((name, labels), None)
-            if ring is not None and ring.pending:
+            if ring is not None and ring.pending and name not in self.settings.volatile:
                 self.disk.write([(series_key(name, labels), *ring.tail(ring.pending))])
 
     def series(self, name: str) -> list[Labels]:
@@ -152,10 +174,11 @@ class MetricCache:
         """Writes samples not yet on disk; returns how many series were written."""
         with self._lock:
             chunks = []
+            volatile = self.settings.volatile
             for (name, labels), ring in self._rings.items():
-                if ring.pending:
+                if ring.pending and name not in volatile:
                     chunks.append((series_key(name, labels), *ring.tail(ring.pending)))
-                    ring.pending = 0
+                ring.pending = 0
         try:
             return self.disk.write(chunks)
         except Exception:

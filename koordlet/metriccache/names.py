@@ -29,3 +29,7 @@ CONTAINER_CPI: Final = "container_cpi"
 NODE_SERIES: Final = frozenset({NODE_CPU_USAGE, NODE_MEMORY_USAGE, SYSTEM_CPU_USAGE, SYSTEM_MEMORY_USAGE,
                                 BE_CPU_USAGE, BE_CPU_REQUEST, BE_CPU_LIMIT, NODE_PSI})
 """Node-level series: kept in memory long enough for the 30-minute NodeMetric aggregates."""
+
+VOLATILE_SERIES: Final = frozenset({POD_CPU_THROTTLED, CONTAINER_CPU_THROTTLED, POD_PSI, CONTAINER_PSI,
+                                    CONTAINER_CPI})
+"""Per-pod signals kept in memory only, for a short window: strategies act on their recent values."""

@@ -55,6 +55,10 @@ class FileGroup:
             self._slots[key] = slot
         return slot
 
+    def slot(self, key: Hashable) -> int:
+        """The slot tracked under ``key`` (KeyError when it is not tracked)."""
+        return self._slots[key]
+
     def untrack(self, key: Hashable) -> None:
         slot = self._slots.pop(key, None)
         if slot is not None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from koordlet.metricsadvisor.collectors.beresource import BEResourceCollector
 from koordlet.metricsadvisor.collectors.cpi import CPICollector
 from koordlet.metricsadvisor.collectors.noderesource import NodeResourceCollector
+from koordlet.metricsadvisor.collectors.podmemory import PodMemoryCollector
 from koordlet.metricsadvisor.collectors.podresource import PodResourceCollector
 from koordlet.metricsadvisor.collectors.psi import PSICollector
 from koordlet.metricsadvisor.collectors.sysresource import SysResourceCollector
@@ -17,6 +18,7 @@ from koordlet.metricsadvisor.framework import Collector
 FACTORIES: Sequence[tuple[str, Callable[[], Collector]]] = (
     ("noderesource", NodeResourceCollector),
     ("podresource", PodResourceCollector),
+    ("podmemory", PodMemoryCollector),
     ("throttled", ThrottledCollector),
     ("beresource", BEResourceCollector),
     ("sysresource", SysResourceCollector),

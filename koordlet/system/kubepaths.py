@@ -91,10 +91,13 @@ class DriverGuess:
     reason: str
 
 
-def detect_driver(layout: CgroupLayout) -> DriverGuess:
+def detect_driver(layout: CgroupLayout, parent: str = "") -> DriverGuess:
     """Guesses the driver from the kubepods directory name in the cpu hierarchy, as Koordinator does:
-    exactly one of ``kubepods`` / ``kubepods.slice`` decides; none or both fall back to systemd."""
+    exactly one of ``kubepods`` / ``kubepods.slice`` decides; none or both fall back to systemd.
+    ``parent`` is kubelet's ``--cgroup-root`` below the hierarchy root ("" for the root itself)."""
     base = layout.subsystem_dir("cpu") or layout.unified_root or layout.paths.cgroup_root
+    if parent.strip("/"):
+        base = os.path.join(base, parent.strip("/"))
     present = [d for d in CgroupDriver if os.path.isdir(os.path.join(base, _KUBEPODS[d]))]
     if len(present) == 1:
         driver = present[0]

@@ -1,43 +1,32 @@
-"""Pod and container CPU and memory usage (Koordinator PodResource collector).
+"""Pod and container CPU usage (Koordinator PodResource collector; memory is the podmemory collector).
 
-CPU: the change of cpuacct.usage (v2: cpu.stat usage_usec) over the elapsed time, in cores.  Memory: the
-anon + unevictable keys of memory.stat (v1: their total_* hierarchical forms).  A cgroup that vanishes
-mid-tick fails its own entries only: no sample, no exception; a pod that leaves the informer has its
-files and series dropped on the next tick, so nothing stale is reported for it.
+CPU: the change of cpuacct.usage (v2: cpu.stat usage_usec) over the elapsed time, in cores.  A cgroup that
+vanishes mid-tick fails its own entries only: no sample, no exception; a pod that leaves the informer has
+its files and series dropped on the next tick, so nothing stale is reported for it.  Each tick is one C
+gather of every counter and one append per series column.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from koordlet import native
-from koordlet.errors import KoordletError
-from koordlet.metriccache import Labels, labels_of, names
+from koordlet.metriccache import names
 from koordlet.metricsadvisor import cgroupfiles
 from koordlet.metricsadvisor.framework import FileGroup, Options
+from koordlet.metricsadvisor.podcolumns import PodColumns, Wanted, owners, spec_or_none
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "podresource"
-
-
-@dataclass(frozen=True)
-class _Target:
-    key: tuple[str, str]
-    cpu_name: str
-    mem_name: str
-    labels: Labels
-    cpu_slot: int
-    cpu_unit_ns: int
-    mem_slot: int
 
 
 class PodResourceCollector:
     name = NAME
 
     def __init__(self) -> None:
-        self._targets: dict[tuple[str, str], _Target] = {}
-        self._rate = cgroupfiles.Rate()
+        self._prev: list[float] = []
+        self._last_t: float | None = None
 
     def enabled(self, options: Options) -> bool:
         return True
@@ -47,56 +36,29 @@ class PodResourceCollector:
 
     def setup(self, options: Options, files: FileGroup) -> None:
         self._options = options
-        self._files = files
-
-    def _track(self, key: tuple[str, str], rel_dir: str, cpu_name: str, mem_name: str, labels: Labels) -> None:
-        layout = self._options.layout
-        cpu, unit = cgroupfiles.cpu_usage(layout, rel_dir)
-        mem = cgroupfiles.memory_stat(layout, rel_dir)
-        self._targets[key] = _Target(
-            key, cpu_name, mem_name, labels,
-            self._files.track((NAME, "cpu", key), cpu.path, cpu.kind, cpu.keys), unit,
-            self._files.track((NAME, "mem", key), mem.path, mem.kind, mem.keys),
-        )
+        self._v2 = options.layout.controller_version == 2
+        self._columns = PodColumns(NAME, files, options.cache, 1)
 
     def on_pods(self, pods: Sequence[PodMeta]) -> None:
-        wanted: dict[tuple[str, str], tuple[str, str, str, Labels]] = {}
-        for meta in pods:
-            if not meta.cgroup_dir:
-                continue
-            wanted[(meta.uid, "")] = (meta.cgroup_dir, names.POD_CPU_USAGE, names.POD_MEMORY_USAGE,
-                                      labels_of(pod=meta.uid))
-            for c in meta.containers:
-                if c.cgroup_dir and c.container_id:
-                    wanted[(meta.uid, c.container_id)] = (
-                        c.cgroup_dir, names.CONTAINER_CPU_USAGE, names.CONTAINER_MEMORY_USAGE,
-                        labels_of(pod=meta.uid, container=c.container_id))
-        for key in [k for k in self._targets if k not in wanted]:
-            target = self._targets.pop(key)
-            self._files.untrack((NAME, "cpu", key))
-            self._files.untrack((NAME, "mem", key))
-            self._rate.forget(key)
-            self._options.cache.drop(target.cpu_name, target.labels)
-            self._options.cache.drop(target.mem_name, target.labels)
-        for key, (rel_dir, cpu_name, mem_name, labels) in wanted.items():
-            if key not in self._targets:
-                try:
-                    self._track(key, rel_dir, cpu_name, mem_name, labels)
-                except KoordletError:
-                    continue  # e.g. a hierarchy this host lacks; probes report it
+        wanted: Wanted = {}
+        for owner in owners(pods):
+            spec = spec_or_none(lambda layout, rel: cgroupfiles.cpu_usage(layout, rel)[0], self._options.layout,
+                                owner.rel_dir)
+            if spec is not None:
+                series = names.POD_CPU_USAGE if owner.is_pod else names.CONTAINER_CPU_USAGE
+                wanted[owner.key] = (spec, ((series, owner.labels),))
+        old_keys = list(self._columns.keys)
+        self._columns.update(wanted)
+        self._prev = self._columns.remap(self._prev, old_keys)
 
     def collect(self, batch: native.BatchResult, now: float) -> None:
-        samples = []
-        for target in self._targets.values():
-            slot = target.cpu_slot
-            usage = batch.int_value(slot) if target.cpu_unit_ns == 1 else batch.key_value(slot, 0)
-            if usage is not None:
-                rate = self._rate.update(target.key, now, usage * target.cpu_unit_ns / 1e9)
-                if rate is not None:
-                    samples.append((target.cpu_name, target.labels, now, rate))
-            else:
-                self._rate.forget(target.key)
-            memory = batch.key_sum(target.mem_slot)
-            if memory is not None:
-                samples.append((target.mem_name, target.labels, now, float(memory)))
-        self._options.cache.append_many(samples)
+        slots = self._columns.slots
+        counters = batch.gather_key(slots, 0) if self._v2 else batch.gather(slots, native.Gather.VALUE)
+        last_t, self._last_t = self._last_t, now
+        if last_t is not None and now > last_t:
+            scale = (1000 if self._v2 else 1) / 1e9 / (now - last_t)
+            # NaN (a failed read now or before) and a counter that went backwards (a recreated cgroup)
+            # give no sample; the next tick measures from the new value.
+            rates = [(c - p) * scale if c >= p else math.nan for c, p in zip(counters, self._prev, strict=True)]
+            self._columns.append(0, now, rates)
+        self._prev = counters

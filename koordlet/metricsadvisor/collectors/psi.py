@@ -1,27 +1,31 @@
 """Pressure stall information (Koordinator PSICollector): the node's /proc/pressure files and each pod's
-and container's *.pressure in the unified hierarchy; the series hold avg10 in percent."""
+and container's *.pressure in the unified hierarchy.  Series hold avg10 in percent, labelled by resource
+(cpu, memory, io) and kind (some, full)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from koordlet import native
-from koordlet.errors import KoordletError
 from koordlet.metriccache import Labels, labels_of, names
 from koordlet.metricsadvisor import cgroupfiles
+from koordlet.metricsadvisor.cgroupfiles import FileSpec
 from koordlet.metricsadvisor.framework import FileGroup, Options
+from koordlet.metricsadvisor.podcolumns import PodColumns, Wanted, owners, spec_or_none
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "psi"
 RESOURCES = ("cpu", "memory", "io")
+_SOME_BIT, _FULL_BIT = 0, 1  # found bits of a PSI entry (csrc/kcore.h)
+_FULL_AVG10 = 4  # KC_PSI_FULL_AVG10
+
+
+def _series(name: str, labels: Labels, resource: str) -> tuple[tuple[str, Labels], ...]:
+    return tuple((name, labels_of(dict(labels), resource=resource, kind=kind)) for kind in ("some", "full"))
 
 
 class PSICollector:
     name = NAME
-
-    def __init__(self) -> None:
-        # (owner key, resource) -> (series name, base labels, slot)
-        self._targets: dict[tuple[tuple[str, str], str], tuple[str, Labels, int]] = {}
 
     def enabled(self, options: Options) -> bool:
         return options.gates.get("PSICollector", False)
@@ -31,49 +35,26 @@ class PSICollector:
 
     def setup(self, options: Options, files: FileGroup) -> None:
         self._options = options
-        self._files = files
-        for resource in RESOURCES:
-            slot = files.track((NAME, "node", resource), options.paths.proc("pressure", resource), native.Kind.PSI)
-            self._targets[(("", ""), resource)] = (names.NODE_PSI, (), slot)
+        self._columns = PodColumns(NAME, files, options.cache, 2)
+        self.on_pods(())
 
     def on_pods(self, pods: Sequence[PodMeta]) -> None:
-        if self._options.layout.unified_root is None:
-            return  # a v1-only host has no per-cgroup pressure files
-        wanted: dict[tuple[str, str], tuple[str, str, Labels]] = {}
-        for meta in pods:
-            if meta.cgroup_dir:
-                wanted[(meta.uid, "")] = (meta.cgroup_dir, names.POD_PSI, labels_of(pod=meta.uid))
-            for c in meta.containers:
-                if c.cgroup_dir and c.container_id:
-                    wanted[(meta.uid, c.container_id)] = (c.cgroup_dir, names.CONTAINER_PSI,
-                                                          labels_of(pod=meta.uid, container=c.container_id))
-        for target_key in [k for k in self._targets if k[0] != ("", "") and k[0] not in wanted]:
-            name, labels, _ = self._targets.pop(target_key)
-            self._files.untrack((NAME, target_key))
-            for kind in ("some", "full"):
-                self._options.cache.drop(name, _with(labels, target_key[1], kind))
-        for owner, (rel_dir, name, labels) in wanted.items():
-            for resource in RESOURCES:
-                if (owner, resource) in self._targets:
-                    continue
-                try:
-                    spec = cgroupfiles.pressure(self._options.layout, rel_dir, resource)
-                except KoordletError:
-                    continue
-                slot = self._files.track((NAME, (owner, resource)), spec.path, spec.kind)
-                self._targets[(owner, resource)] = (name, labels, slot)
+        wanted: Wanted = {}
+        for resource in RESOURCES:
+            node_file = FileSpec(self._options.paths.proc("pressure", resource), native.Kind.PSI)
+            wanted[("node", resource)] = (node_file, _series(names.NODE_PSI, (), resource))
+        if self._options.layout.unified_root is not None:  # v1-only hosts have no per-cgroup pressure
+            for owner in owners(pods):
+                name = names.POD_PSI if owner.is_pod else names.CONTAINER_PSI
+                for resource in RESOURCES:
+                    spec = spec_or_none(cgroupfiles.pressure, self._options.layout, owner.rel_dir, resource)
+                    if spec is not None:
+                        wanted[(owner.key, resource)] = (spec, _series(name, owner.labels, resource))
+        self._columns.update(wanted)
 
     def collect(self, batch: native.BatchResult, now: float) -> None:
-        samples = []
-        for (_, resource), (name, labels, slot) in self._targets.items():
-            psi = batch.get(slot)
-            if psi is None:
-                continue
-            samples.append((name, _with(labels, resource, "some"), now, psi.some.avg10))
-            if psi.full is not None:
-                samples.append((name, _with(labels, resource, "full"), now, psi.full.avg10))
-        self._options.cache.append_many(samples)
-
-
-def _with(labels: Labels, resource: str, kind: str) -> Labels:
-    return labels_of(dict(labels), resource=resource, kind=kind)
+        slots = self._columns.slots
+        some = batch.gather(slots, native.Gather.VALUE, 0, _SOME_BIT)  # avg10 in hundredths
+        full = batch.gather(slots, native.Gather.VALUE, _FULL_AVG10, _FULL_BIT)  # where a full line exists
+        self._columns.append(0, now, [v / 100 for v in some])
+        self._columns.append(1, now, [v / 100 for v in full])

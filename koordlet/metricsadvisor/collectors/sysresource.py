@@ -35,8 +35,11 @@ class SysResourceCollector:
 
     def collect(self, batch: native.BatchResult, now: float) -> None:
         cache = self._options.cache
-        max_age = self._options.config.sys_metric_outdated_seconds
+        config = self._options.config
         for node_name, pod_name, system_name in _PAIRS:
+            # Memory samples come every memory interval: they are fresh for two of those.
+            max_age = max(config.sys_metric_outdated_seconds,
+                          2 * config.memory_interval_seconds if pod_name == names.POD_MEMORY_USAGE else 0)
             node = cache.latest(node_name, (), max_age_seconds=max_age)
             if node is None:
                 continue

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from koordlet import native
-from koordlet.errors import KoordletError
-from koordlet.metriccache import Labels, labels_of, names
+from koordlet.metriccache import names
 from koordlet.metricsadvisor import cgroupfiles
 from koordlet.metricsadvisor.framework import FileGroup, Options
+from koordlet.metricsadvisor.podcolumns import PodColumns, Wanted, owners, spec_or_none
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "throttled"
@@ -18,9 +18,8 @@ class ThrottledCollector:
     name = NAME
 
     def __init__(self) -> None:
-        # key -> (series name, labels, slot); last (periods, throttled) per key.
-        self._targets: dict[tuple[str, str], tuple[str, Labels, int]] = {}
-        self._last: dict[tuple[str, str], tuple[int, int]] = {}
+        self._periods: list[float] = []
+        self._throttled: list[float] = []
 
     def enabled(self, options: Options) -> bool:
         return True
@@ -30,43 +29,28 @@ class ThrottledCollector:
 
     def setup(self, options: Options, files: FileGroup) -> None:
         self._options = options
-        self._files = files
+        self._columns = PodColumns(NAME, files, options.cache, 1)
 
     def on_pods(self, pods: Sequence[PodMeta]) -> None:
-        wanted: dict[tuple[str, str], tuple[str, str, Labels]] = {}
-        for meta in pods:
-            if meta.cgroup_dir:
-                wanted[(meta.uid, "")] = (meta.cgroup_dir, names.POD_CPU_THROTTLED, labels_of(pod=meta.uid))
-            for c in meta.containers:
-                if c.cgroup_dir and c.container_id:
-                    wanted[(meta.uid, c.container_id)] = (c.cgroup_dir, names.CONTAINER_CPU_THROTTLED,
-                                                          labels_of(pod=meta.uid, container=c.container_id))
-        for key in [k for k in self._targets if k not in wanted]:
-            name, labels, _ = self._targets.pop(key)
-            self._files.untrack((NAME, key))
-            self._last.pop(key, None)
-            self._options.cache.drop(name, labels)
-        for key, (rel_dir, name, labels) in wanted.items():
-            if key in self._targets:
-                continue
-            try:
-                spec = cgroupfiles.cpu_stat_throttle(self._options.layout, rel_dir)
-            except KoordletError:
-                continue
-            self._targets[key] = (name, labels, self._files.track((NAME, key), spec.path, spec.kind, spec.keys))
+        wanted: Wanted = {}
+        for owner in owners(pods):
+            spec = spec_or_none(cgroupfiles.cpu_stat_throttle, self._options.layout, owner.rel_dir)
+            if spec is not None:
+                series = names.POD_CPU_THROTTLED if owner.is_pod else names.CONTAINER_CPU_THROTTLED
+                wanted[owner.key] = (spec, ((series, owner.labels),))
+        old_keys = list(self._columns.keys)
+        self._columns.update(wanted)
+        self._periods = self._columns.remap(self._periods, old_keys)
+        self._throttled = self._columns.remap(self._throttled, old_keys)
 
     def collect(self, batch: native.BatchResult, now: float) -> None:
-        samples = []
-        for key, (name, labels, slot) in self._targets.items():
-            periods, throttled = batch.key_value(slot, 0), batch.key_value(slot, 1)
-            if periods is None or throttled is None:
-                self._last.pop(key, None)
-                continue
-            last = self._last.get(key)
-            self._last[key] = (periods, throttled)
-            if last is None or periods < last[0] or throttled < last[1]:
-                continue
-            d_periods = periods - last[0]
-            ratio = (throttled - last[1]) / d_periods if d_periods else 0.0
-            samples.append((name, labels, now, ratio))
-        self._options.cache.append_many(samples)
+        periods = batch.gather_key(self._columns.slots, 0)
+        throttled = batch.gather_key(self._columns.slots, 1)
+        ratios = []
+        for p, t, last_p, last_t in zip(periods, throttled, self._periods, self._throttled, strict=True):
+            if p >= last_p and t >= last_t:  # False with NaN: a failed read now or before
+                ratios.append((t - last_t) / (p - last_p) if p > last_p else 0.0)
+            else:
+                ratios.append(float("nan"))
+        self._periods, self._throttled = periods, throttled
+        self._columns.append(0, now, ratios)
