@@ -44,6 +44,7 @@ class Pod:
     containers: tuple[Container, ...] = field(default=())
     node_name: str = ""
     creation_timestamp: str = ""
+    priority_class_name: str = ""
 
     @property
     def qos(self) -> QoSClass:
@@ -51,7 +52,14 @@ class Pod:
 
     @property
     def priority_class(self) -> PriorityClass:
-        return priority_class(self.priority, self.labels)
+        band = priority_class(self.priority, self.labels)
+        if band is PriorityClass.NONE and self.priority is None and self.priority_class_name:
+            # Not yet admitted: spec.priority is unset, but the class name says which band it will get.
+            try:
+                return PriorityClass(self.priority_class_name)
+            except ValueError:
+                pass
+        return band
 
     @property
     def key(self) -> str:
@@ -166,6 +174,7 @@ def pod_from_json(obj: Any) -> Pod:
         containers=tuple(containers),
         node_name=str(spec.get("nodeName") or ""),
         creation_timestamp=str(meta.get("creationTimestamp") or ""),
+        priority_class_name=str(spec.get("priorityClassName") or ""),
     )
 
 

@@ -160,11 +160,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     for path, flag, f in _flag_fields():
         kind = _hints_for(path)
         default_text = f" (default {f.default})" if f.default is not dataclasses.MISSING and f.default != "" else ""
+        text = f"{f.metadata['help']}{default_text}".replace("%", "%%")  # argparse %-formats help
         if kind is bool:
             parser.add_argument(flag, dest=path, nargs="?", const="true", default=None, metavar="true|false",
-                                help=f"{f.metadata['help']}{default_text}")
+                                help=text)
         else:
-            parser.add_argument(flag, dest=path, default=None, help=f"{f.metadata['help']}{default_text}")
+            parser.add_argument(flag, dest=path, default=None, help=text)
 
 
 def _hints_for(path: str) -> Any:
