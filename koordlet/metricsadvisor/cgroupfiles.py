@@ -21,12 +21,16 @@ class FileSpec:
     keys: tuple[str, ...] | None = None
 
 
-def cpu_usage(layout: CgroupLayout, rel_dir: str) -> tuple[FileSpec, int]:
-    """The CPU usage counter of a cgroup and its unit in ns (v1 cpuacct.usage ns; v2 cpu.stat usage_usec)."""
+def cpu_usage(layout: CgroupLayout, rel_dir: str) -> FileSpec:
+    """The CPU usage counter of a cgroup: v1 cpuacct.usage (an INT), v2 cpu.stat usage_usec (key 0)."""
     if layout.controller_version == 1:
-        return FileSpec(os.path.join(layout.controller_dir("cpuacct", rel_dir), "cpuacct.usage"), native.Kind.INT), 1
-    path = os.path.join(layout.controller_dir("cpu", rel_dir), "cpu.stat")
-    return FileSpec(path, native.Kind.KV, ("usage_usec",)), 1000
+        return FileSpec(os.path.join(layout.controller_dir("cpuacct", rel_dir), "cpuacct.usage"), native.Kind.INT)
+    return FileSpec(os.path.join(layout.controller_dir("cpu", rel_dir), "cpu.stat"), native.Kind.KV, ("usage_usec",))
+
+
+def cpu_usage_ns(layout: CgroupLayout) -> int:
+    """Nanoseconds per unit of :func:`cpu_usage`'s counter."""
+    return 1 if layout.controller_version == 1 else 1000
 
 
 def memory_stat(layout: CgroupLayout, rel_dir: str) -> FileSpec:

@@ -99,3 +99,18 @@ class Collector(Protocol):
     def collect(self, batch: native.BatchResult, now: float) -> None:
         """Turns this tick's reads into samples in the cache; must not raise for a vanished cgroup."""
         ...
+
+
+class UsageCollector:
+    """Defaults for collectors that always run and tick with the usage interval (override as needed)."""
+
+    name: str
+
+    def enabled(self, options: Options) -> bool:
+        return True
+
+    def interval(self, options: Options) -> float:
+        return options.config.res_used_interval_seconds
+
+    def on_pods(self, pods: Sequence[PodMeta]) -> None:
+        return None

@@ -9,7 +9,7 @@ append per series column.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from koordlet import native
@@ -78,6 +78,18 @@ class PodColumns:
         self.keys = list(self._series)
         self.slots = native.Slots([self._files.slot((self._name, k)) for k in self.keys])
         self.handles = [self._cache.handles([self._series[k][c] for k in self.keys]) for c in range(self._columns)]
+
+    def track_owners(self, pods: Sequence[PodMeta], layout: CgroupLayout,
+                     make_spec: Callable[[CgroupLayout, str], FileSpec], pod_series: str,
+                     container_series: str) -> None:
+        """The common case: one file per pod and container (``make_spec(layout, rel_dir)``) feeding one
+        series, ``pod_series`` for pods and ``container_series`` for containers."""
+        wanted: Wanted = {}
+        for owner in owners(pods):
+            spec = spec_or_none(make_spec, layout, owner.rel_dir)
+            if spec is not None:
+                wanted[owner.key] = (spec, ((pod_series if owner.is_pod else container_series, owner.labels),))
+        self.update(wanted)
 
     def remap(self, previous: list[float], old_keys: list[Hashable]) -> list[float]:
         """A per-key state column carried over to the current key order (NaN for new keys)."""

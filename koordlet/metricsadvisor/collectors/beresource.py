@@ -14,14 +14,14 @@ from koordlet.apis.extension import QoSClass
 from koordlet.errors import KoordletError
 from koordlet.metriccache import names
 from koordlet.metricsadvisor import cgroupfiles
-from koordlet.metricsadvisor.framework import FileGroup, Options
+from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.kubepaths import KubeQoS, qos_dir, under_parent
 
 NAME = "beresource"
 
 
-class BEResourceCollector:
+class BEResourceCollector(UsageCollector):
     name = NAME
 
     def __init__(self) -> None:
@@ -29,18 +29,12 @@ class BEResourceCollector:
         self._request_cores = 0.0
         self._usage: int | None = None
 
-    def enabled(self, options: Options) -> bool:
-        return True
-
-    def interval(self, options: Options) -> float:
-        return options.config.res_used_interval_seconds
-
     def setup(self, options: Options, files: FileGroup) -> None:
         self._options = options
         layout = options.layout
         be_dir = under_parent(options.kube_parent, qos_dir(options.driver, KubeQoS.BESTEFFORT))
         try:
-            usage, self._unit = cgroupfiles.cpu_usage(layout, be_dir)
+            usage, self._unit = cgroupfiles.cpu_usage(layout, be_dir), cgroupfiles.cpu_usage_ns(layout)
             self._usage = files.track((NAME, "usage"), usage.path, usage.kind, usage.keys)
             cpu_dir = layout.controller_dir("cpu", be_dir)
             if layout.controller_version == 1:

@@ -7,30 +7,22 @@ idle/iowait excluded); the first sample only sets the baseline.  Memory: MemTota
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 from koordlet import native
 from koordlet.metriccache import names
 from koordlet.metricsadvisor.cgroupfiles import Rate
-from koordlet.metricsadvisor.framework import FileGroup, Options
-from koordlet.statesinformer.framework import PodMeta
+from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
 
 NAME = "noderesource"
 _STAT, _MEMINFO = ("node", "stat"), ("node", "meminfo")
 
 
-class NodeResourceCollector:
+class NodeResourceCollector(UsageCollector):
     name = NAME
 
     def __init__(self) -> None:
         self._rate = Rate()
         self._ticks_per_second = float(os.sysconf("SC_CLK_TCK"))
-
-    def enabled(self, options: Options) -> bool:
-        return True
-
-    def interval(self, options: Options) -> float:
-        return options.config.res_used_interval_seconds
 
     def setup(self, options: Options, files: FileGroup) -> None:
         self._options = options
@@ -38,9 +30,6 @@ class NodeResourceCollector:
         self._stat = files.track(_STAT, options.paths.proc("stat"), native.Kind.PROC_STAT)
         self._meminfo = files.track(_MEMINFO, options.paths.proc("meminfo"), native.Kind.MEMINFO,
                                     ["MemTotal", "MemAvailable"])
-
-    def on_pods(self, pods: Sequence[PodMeta]) -> None:
-        return None
 
     def collect(self, batch: native.BatchResult, now: float) -> None:
         cache = self._options.cache

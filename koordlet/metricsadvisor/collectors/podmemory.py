@@ -12,18 +12,15 @@ from collections.abc import Sequence
 from koordlet import native
 from koordlet.metriccache import names
 from koordlet.metricsadvisor import cgroupfiles
-from koordlet.metricsadvisor.framework import FileGroup, Options
-from koordlet.metricsadvisor.podcolumns import PodColumns, Wanted, owners, spec_or_none
+from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
+from koordlet.metricsadvisor.podcolumns import PodColumns
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "podmemory"
 
 
-class PodMemoryCollector:
+class PodMemoryCollector(UsageCollector):
     name = NAME
-
-    def enabled(self, options: Options) -> bool:
-        return True
 
     def interval(self, options: Options) -> float:
         return options.config.memory_interval_seconds
@@ -33,13 +30,8 @@ class PodMemoryCollector:
         self._columns = PodColumns(NAME, files, options.cache, 1)
 
     def on_pods(self, pods: Sequence[PodMeta]) -> None:
-        wanted: Wanted = {}
-        for owner in owners(pods):
-            spec = spec_or_none(cgroupfiles.memory_stat, self._options.layout, owner.rel_dir)
-            if spec is not None:
-                series = names.POD_MEMORY_USAGE if owner.is_pod else names.CONTAINER_MEMORY_USAGE
-                wanted[owner.key] = (spec, ((series, owner.labels),))
-        self._columns.update(wanted)
+        self._columns.track_owners(pods, self._options.layout, cgroupfiles.memory_stat, names.POD_MEMORY_USAGE,
+                                   names.CONTAINER_MEMORY_USAGE)
 
     def collect(self, batch: native.BatchResult, now: float) -> None:
         self._columns.append(0, now, batch.gather(self._columns.slots, native.Gather.KEY_SUM))

@@ -14,25 +14,19 @@ from collections.abc import Sequence
 from koordlet import native
 from koordlet.metriccache import names
 from koordlet.metricsadvisor import cgroupfiles
-from koordlet.metricsadvisor.framework import FileGroup, Options
-from koordlet.metricsadvisor.podcolumns import PodColumns, Wanted, owners, spec_or_none
+from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
+from koordlet.metricsadvisor.podcolumns import PodColumns
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "podresource"
 
 
-class PodResourceCollector:
+class PodResourceCollector(UsageCollector):
     name = NAME
 
     def __init__(self) -> None:
         self._prev: list[float] = []
         self._last_t: float | None = None
-
-    def enabled(self, options: Options) -> bool:
-        return True
-
-    def interval(self, options: Options) -> float:
-        return options.config.res_used_interval_seconds
 
     def setup(self, options: Options, files: FileGroup) -> None:
         self._options = options
@@ -40,15 +34,9 @@ class PodResourceCollector:
         self._columns = PodColumns(NAME, files, options.cache, 1)
 
     def on_pods(self, pods: Sequence[PodMeta]) -> None:
-        wanted: Wanted = {}
-        for owner in owners(pods):
-            spec = spec_or_none(lambda layout, rel: cgroupfiles.cpu_usage(layout, rel)[0], self._options.layout,
-                                owner.rel_dir)
-            if spec is not None:
-                series = names.POD_CPU_USAGE if owner.is_pod else names.CONTAINER_CPU_USAGE
-                wanted[owner.key] = (spec, ((series, owner.labels),))
         old_keys = list(self._columns.keys)
-        self._columns.update(wanted)
+        self._columns.track_owners(pods, self._options.layout, cgroupfiles.cpu_usage, names.POD_CPU_USAGE,
+                                   names.CONTAINER_CPU_USAGE)
         self._prev = self._columns.remap(self._prev, old_keys)
 
     def collect(self, batch: native.BatchResult, now: float) -> None:
@@ -56,7 +44,7 @@ class PodResourceCollector:
         counters = batch.gather_key(slots, 0) if self._v2 else batch.gather(slots, native.Gather.VALUE)
         last_t, self._last_t = self._last_t, now
         if last_t is not None and now > last_t:
-            scale = (1000 if self._v2 else 1) / 1e9 / (now - last_t)
+            scale = cgroupfiles.cpu_usage_ns(self._options.layout) / 1e9 / (now - last_t)
             # NaN (a failed read now or before) and a counter that went backwards (a recreated cgroup)
             # give no sample; the next tick measures from the new value.
             rates = [(c - p) * scale if c >= p else math.nan for c, p in zip(counters, self._prev, strict=True)]

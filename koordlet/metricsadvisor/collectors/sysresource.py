@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from koordlet import native
 from koordlet.metriccache import labels_of, names
-from koordlet.metricsadvisor.framework import FileGroup, Options
+from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "sysresource"
@@ -15,17 +15,11 @@ _PAIRS = ((names.NODE_CPU_USAGE, names.POD_CPU_USAGE, names.SYSTEM_CPU_USAGE),
           (names.NODE_MEMORY_USAGE, names.POD_MEMORY_USAGE, names.SYSTEM_MEMORY_USAGE))
 
 
-class SysResourceCollector:
+class SysResourceCollector(UsageCollector):
     name = NAME
 
     def __init__(self) -> None:
         self._uids: tuple[str, ...] = ()
-
-    def enabled(self, options: Options) -> bool:
-        return True
-
-    def interval(self, options: Options) -> float:
-        return options.config.res_used_interval_seconds
 
     def setup(self, options: Options, files: FileGroup) -> None:
         self._options = options

@@ -81,6 +81,11 @@ def cpuacct(groups: RealCgroups, rel: str) -> int:
     return int((groups.path("cpuacct", rel) / "cpuacct.usage").read_text())
 
 
+def cpu_stat(groups: RealCgroups, rel: str) -> tuple[int, int]:
+    stat = dict(line.split() for line in (groups.path("cpu", rel) / "cpu.stat").read_text().splitlines())
+    return int(stat["nr_periods"]), int(stat["nr_throttled"])
+
+
 def proc_stat_busy() -> float:
     fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / 100.0
@@ -99,6 +104,8 @@ def test_container_and_node_usage_match_the_kernel(real_cgroups: RealCgroups, tm
     advisor, cache, _ = make_advisor(tmp_path, [ls, be])
     run_for(advisor, 1.0)  # warm up: the first sample of each counter only sets a baseline
 
+    ls_rel = ls.containers[0].cgroup_dir.removeprefix(prefix + "/")
+    stat_before = cpu_stat(real_cgroups, ls_rel)
     before = {c: cpuacct(real_cgroups, c.cgroup_dir.removeprefix(prefix + "/")) for c in quotas}
     busy_before = proc_stat_busy()
     start = time.time()
@@ -108,6 +115,7 @@ def test_container_and_node_usage_match_the_kernel(real_cgroups: RealCgroups, tm
     busy_after = proc_stat_busy()
     after = {c: cpuacct(real_cgroups, c.cgroup_dir.removeprefix(prefix + "/")) for c in quotas}
 
+    kernel_total = 0.0
     for container, quota in quotas.items():
         labels = labels_of(pod=ls.uid if container in ls.containers else be.uid, container=container.container_id)
         times, values = cache.window(names.CONTAINER_CPU_USAGE, labels, start, end)
@@ -115,7 +123,8 @@ def test_container_and_node_usage_match_the_kernel(real_cgroups: RealCgroups, tm
         collected = time_weighted(times, values)
         kernel = (after[container] - before[container]) / 1e9 / (end - start)
         assert collected == pytest.approx(kernel, rel=0.05), (container.container_id, collected, kernel)
-        assert collected == pytest.approx(quota / 100_000, rel=0.15)  # the quota really held
+        assert collected <= quota / 100_000 * 1.1  # the quota held (less when the host is busy)
+        kernel_total += kernel
         _, memory = cache.window(names.CONTAINER_MEMORY_USAGE, labels, start, end)
         assert memory and all(m > 0 for m in memory)
 
@@ -123,14 +132,19 @@ def test_container_and_node_usage_match_the_kernel(real_cgroups: RealCgroups, tm
     collected_node = time_weighted(node_times, node)
     kernel_node = (busy_after - busy_before) / (end - start)
     assert collected_node == pytest.approx(kernel_node, rel=0.05, abs=0.05)
-    assert collected_node >= 1.5  # at least the three quotas (1.6 cores) minus noise
+    assert collected_node >= kernel_total * 0.95  # the node ran at least the three containers' work
     pod_times, pod_usage = cache.window(names.POD_CPU_USAGE, labels_of(pod=be.uid), start, end)
-    assert time_weighted(pod_times, pod_usage) == pytest.approx(0.8, rel=0.15)  # both BE containers
+    be_kernel = sum((after[c] - before[c]) / 1e9 / (end - start) for c in be.containers)
+    assert time_weighted(pod_times, pod_usage) == pytest.approx(be_kernel, rel=0.05)  # both BE containers
     be_usage = cache.latest(names.BE_CPU_REQUEST, ())
     assert be_usage is not None
     assert cache.latest(names.SYSTEM_CPU_USAGE, ()) is not None
     _, throttled = cache.window(names.CONTAINER_CPU_THROTTLED, labels_of(pod=ls.uid, container="ls1"), start, end)
-    assert max(throttled) > 0.5  # a busy loop under a quota is throttled in most periods
+    stat_after = cpu_stat(real_cgroups, ls_rel)
+    kernel_ratio = (stat_after[1] - stat_before[1]) / max(1, stat_after[0] - stat_before[0])
+    # The whole window's ratio lies within what the ticks saw (all near 1 on an idle host: a busy loop
+    # under a quota is throttled in most periods; lower when other load keeps it below its quota).
+    assert min(throttled) - 0.05 <= kernel_ratio <= max(throttled) + 0.05, (kernel_ratio, throttled)
     assert advisor.errors == {}
 
 
