@@ -25,6 +25,7 @@ from koordlet.metricsadvisor.framework import Options
 from koordlet.metricsadvisor.registry import build_collectors
 from koordlet.statesinformer.informer import StatesInformer
 from koordlet.statesinformer.kubelet import KubeletClient, KubeletOptions
+from koordlet.statesinformer.kubeletconfig import KubeletConfigSync
 from koordlet.statesinformer.nodemetric import LocalNodeMetricSink, NodeMetricRunner
 from koordlet.statesinformer.pleg import Pleg
 from koordlet.statesinformer.podsource import KubeletPodSource
@@ -138,6 +139,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo) -> Agent:
         source = KubeletPodSource(KubeletClient(options_k, observe=kubelet_observer(metrics)),
                                   kubelet.sync_interval_seconds, informer.set_kubelet_pods,
                                   pleg_paths=informer.pleg_dirs())
-        components.append(source)
+        config_sync = KubeletConfigSync(KubeletClient(options_k), kubelet.sync_interval_seconds,
+                                        informer.set_reservation)
+        components += [source, config_sync]
     components += [advisor, reporter, server]
     return Agent(components, cache, informer, advisor, metrics, server, driver)

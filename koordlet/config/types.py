@@ -70,6 +70,26 @@ class HostConfig:
                                           if v.startswith("/") or ".." in v.split("/") else None))
 
 
+def quantity_or_empty(value: Any) -> str | None:
+    from koordlet.apis.quantity import parse_quantity
+    from koordlet.errors import ParseError
+
+    if value == "":
+        return None
+    try:
+        parse_quantity(value)
+    except ParseError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    reserved_cpu: str = opt("", "CPU kept back from pods on a plain host (kubelet's kube+system reserved comes "
+                                "from /configz)", check=quantity_or_empty)
+    reserved_memory: str = opt("", "memory kept back from pods on a plain host", check=quantity_or_empty)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     addr: str = opt(":9316", "listen address of the Prometheus endpoint (/metrics)", flag="--addr",
@@ -169,6 +189,7 @@ class Config:
                                             flag="--feature-gates")
     host: HostConfig = field(default_factory=HostConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    node: NodeConfig = field(default_factory=NodeConfig)
     kubelet: KubeletConfig = field(default_factory=KubeletConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     metric_cache: MetricCacheConfig = field(default_factory=MetricCacheConfig)

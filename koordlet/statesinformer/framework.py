@@ -9,6 +9,7 @@ from typing import Protocol
 
 from koordlet.apis.extension import PriorityClass, QoSClass
 from koordlet.apis.pod import Pod
+from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.node import NodeInfo
 
 
@@ -56,6 +57,10 @@ class StatesInformer(Protocol):
         ...
 
     def node(self) -> NodeInfo:
+        ...
+
+    def reservation(self) -> Reservation:
+        """CPU and memory the node keeps back from pods (kubelet's kube+system reserved)."""
         ...
 
     def subscribe(self, callback: PodsCallback) -> None:

@@ -15,6 +15,7 @@ from koordlet.apis.pod import Pod
 from koordlet.config.types import Config
 from koordlet.errors import KoordletError, ParseError
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta, PodsCallback
+from koordlet.statesinformer.reservation import Reservation, reservation_from_resources
 from koordlet.statesinformer.standalone import scan_kubepods, workload_pods
 from koordlet.system.kubepaths import (
     CgroupDriver,
@@ -71,6 +72,10 @@ class StatesInformer:
         self._pleg_factory = pleg_factory
         self._pleg: object | None = None
         self.syncs = 0
+        node_config = config.node
+        self._reservation = reservation_from_resources(
+            {k: v for k, v in (("cpu", node_config.reserved_cpu), ("memory", node_config.reserved_memory)) if v},
+            "node")
 
     # ------------------------------------------------------------------------------ StatesInformer
 
@@ -79,6 +84,13 @@ class StatesInformer:
 
     def node(self) -> NodeInfo:
         return self._node
+
+    def reservation(self) -> Reservation:
+        """CPU and memory the node keeps back from pods (kubelet's, or the plain host's configured one)."""
+        return self._reservation
+
+    def set_reservation(self, reservation: Reservation) -> None:
+        self._reservation = reservation
 
     def subscribe(self, callback: PodsCallback) -> None:
         with self._lock:

@@ -28,10 +28,12 @@ from typing import Final
 
 from koordlet.apis.pod import Pod, pods_from_podlist
 from koordlet.errors import ConfigError, KoordletError, ParseError
+from koordlet.statesinformer.reservation import Reservation, reservation_from_configz
 
 log = logging.getLogger(__name__)
 
 PODS_PATH: Final = "/pods/"
+CONFIGZ_PATH: Final = "/configz"
 MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 """Largest PodList accepted.  Pods with big annotations reach ~100 KiB each; 64 MiB covers several
 hundred of them while a broken or hostile peer cannot make the agent allocate without bound."""
@@ -90,10 +92,13 @@ class KubeletOptions:
     @property
     def url(self) -> str:
         """The pod list URL (``https://127.0.0.1:10250/pods/``)."""
+        return self.url_for(PODS_PATH)
+
+    def url_for(self, path: str) -> str:
         host = self.address.strip("[]")
         if ":" in host:
             host = f"[{host}]"
-        return f"{self.scheme}://{host}:{self.port}{PODS_PATH}"
+        return f"{self.scheme}://{host}:{self.port}{path}"
 
 
 class KubeletError(KoordletError):
@@ -206,10 +211,19 @@ class KubeletClient:
 
     # ---------------------------------------------------------------------------------- request
 
-    def _fetch(self) -> tuple[bytes, str]:
+    def get_reservation(self) -> Reservation:
+        """kubelet's ``kubeReserved`` + ``systemReserved`` from ``/configz``; raises :class:`KubeletError`."""
+        body, content_type = self._fetch(CONFIGZ_PATH)
+        obj = self._decode(body, content_type, CONFIGZ_PATH)
+        try:
+            return reservation_from_configz(obj)
+        except ParseError as exc:
+            raise KubeletError("bad_configz", f"GET {self.options.url_for(CONFIGZ_PATH)}: {exc}") from None
+
+    def _fetch(self, path: str = PODS_PATH) -> tuple[bytes, str]:
         """The body of a 200 answer and its content type."""
         opts = self.options
-        url = opts.url
+        url = opts.url_for(path)
         deadline = self._clock() + opts.timeout_seconds
         host = opts.address.strip("[]")
         with self._credentials_lock:
@@ -228,7 +242,7 @@ class KubeletClient:
                 assert sock is not None
                 with self._lock:
                     self._in_flight.add(sock)
-                conn.request("GET", PODS_PATH, headers=headers)
+                conn.request("GET", path, headers=headers)
                 self._set_timeout(sock, deadline, url)
                 response = conn.getresponse()
                 result = self._read_body(response, sock, deadline, url)
@@ -291,14 +305,15 @@ class KubeletClient:
             raise KubeletError("timeout", f"GET {url}: no complete answer within {self.options.timeout_seconds:g}s")
         sock.settimeout(remaining)
 
-    def _decode(self, body: bytes, content_type: str) -> object:
+    def _decode(self, body: bytes, content_type: str, path: str = PODS_PATH) -> object:
         try:
             # RFC 8259: JSON between systems is UTF-8 (json.loads(bytes) would also guess UTF-16/32).
             return json.loads(body.decode("utf-8"))
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
             raise KubeletError(
                 "bad_json",
-                f"GET {self.options.url}: body is not JSON ({content_type or 'no content type'}, {len(body)} bytes): "
+                f"GET {self.options.url_for(path)}: body is not JSON "
+                f"({content_type or 'no content type'}, {len(body)} bytes): "
                 f"{_one_line(str(exc), 120)}",
             ) from None
 

@@ -77,3 +77,14 @@ def test_informer_publishes_only_changes(fake_host: FakeHost, tmp_path: Path) ->
     assert [[p.uid for p in pods] for pods in seen] == [["standalone-app"], [UID, "standalone-app"]]
     assert informer.pods() == seen[-1]
     assert informer.pleg_dirs()[0].endswith("cpu/kubepods")
+
+
+def test_plain_host_reservation_from_config(fake_host: FakeHost, tmp_path: Path) -> None:
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("standalone: true\nnode: {reservedCpu: 500m, reservedMemory: 1Gi}\n")
+    informer = StatesInformer(load(config_file), fake_host.layout(), CgroupDriver.CGROUPFS,
+                              read_node_info(fake_host.paths))
+    assert (informer.reservation().cpu_milli, informer.reservation().memory_bytes) == (500, 2**30)
+    config_file.write_text("node: {reservedCpu: lots}\n")
+    with pytest.raises(Exception, match=r"node\.reservedCpu: invalid quantity 'lots'"):
+        load(config_file)

@@ -1,0 +1,48 @@
+"""What the node keeps back from pods: kubelet's ``kubeReserved`` + ``systemReserved``.
+
+Koordinator's suppress and batch formulas use max(system usage, reserved), so a node whose daemons are
+idle still leaves their share alone.  kubelet reports its configuration on ``/configz``; a plain host
+states its reservation in the config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from koordlet.apis.quantity import int_value, milli_value
+from koordlet.errors import ParseError
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+
+    def __add__(self, other: Reservation) -> Reservation:
+        return Reservation(self.cpu_milli + other.cpu_milli, self.memory_bytes + other.memory_bytes)
+
+
+def reservation_from_resources(resources: Any, where: str) -> Reservation:
+    """A ``{"cpu": "500m", "memory": "1Gi"}`` map; other resources (ephemeral-storage, pid) are ignored."""
+    if resources is None:
+        return Reservation()
+    if not isinstance(resources, Mapping):
+        raise ParseError(f"{where}: expected a map of resource to quantity, got {type(resources).__name__}")
+    try:
+        return Reservation(
+            cpu_milli=milli_value(resources["cpu"]) if "cpu" in resources else 0,
+            memory_bytes=int_value(resources["memory"]) if "memory" in resources else 0,
+        )
+    except ParseError as exc:
+        raise ParseError(f"{where}: {exc}") from None
+
+
+def reservation_from_configz(obj: Any) -> Reservation:
+    """kubelet's ``/configz`` answer: ``{"kubeletconfig": {"kubeReserved": {...}, "systemReserved": {...}}}``."""
+    config = obj.get("kubeletconfig") if isinstance(obj, Mapping) else None
+    if not isinstance(config, Mapping):
+        raise ParseError("configz: expected an object with a kubeletconfig object")
+    return (reservation_from_resources(config.get("kubeReserved"), "kubeletconfig.kubeReserved")
+            + reservation_from_resources(config.get("systemReserved"), "kubeletconfig.systemReserved"))
