@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         # Some containers with processes: a few busy at a fraction of a core, the rest sleeping.
         for i, rel in enumerate(leaves[:: max(1, len(leaves) // 20)]):
             busy = "import time\nwhile True:\n t=time.time()\n while time.time()-t<0.01: pass\n time.sleep(0.09)"
-            code = busy if i % 4 == 0 else "import time; time.sleep(3600)"
+            code = busy if i % 4 == 0 else "import signal; signal.pause()"
             procs.append(spawn(prefix, rel, code))
         config = workdir / "koordlet.yaml"
         config.write_text(json.dumps({

@@ -112,7 +112,7 @@ def test_kept_fd_sees_fresh_usage_and_enodev_after_removal(real_cgroups: RealCgr
 
 def test_unified_pressure_files_and_trigger(real_cgroups: RealCgroups) -> None:
     real_cgroups.mkdir("psi")
-    real_cgroups.spawn("psi", "import time; time.sleep(60)")
+    real_cgroups.spawn("psi", "import signal; signal.pause()")
     directory = real_cgroups.path("unified", "psi")
     for name in ("cpu", "memory", "io"):
         psi = native.read_psi(directory / f"{name}.pressure")

@@ -133,7 +133,7 @@ def test_validator_bounds_are_the_kernels(
 
 def test_pressure_of_a_private_cgroup_reads_through_unified(real_cgroups: RealCgroups) -> None:
     layout = detect_layout(HostPaths())
-    pid = real_cgroups.spawn("", "import time; time.sleep(30)")
+    pid = real_cgroups.spawn("", "import signal; signal.pause()")
     try:
         psi = read(r.CPU_PRESSURE, r.CPU_PRESSURE.path(layout, real_cgroups.name), 2)
         assert psi.some.total_us >= 0  # type: ignore[attr-defined]
