@@ -9,6 +9,7 @@ default ``terminationGracePeriodSeconds`` (30 s), so the process exits before it
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -112,6 +113,9 @@ class Daemon:
                     break
                 started.append(component)
             else:
+                # What start-up built lives as long as the process: keep it out of the cyclic collector's
+                # scans, which otherwise walk every ring and pod object again and again.
+                gc.freeze()
                 log.info("koordlet started", extra={"components": [c.name for c in started]})
             stop_event.wait()
         finally:

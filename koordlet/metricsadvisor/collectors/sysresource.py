@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from koordlet import native
 from koordlet.metriccache import labels_of, names
+from koordlet.metriccache.ring import Ring
 from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
 from koordlet.statesinformer.framework import PodMeta
 
@@ -19,13 +20,15 @@ class SysResourceCollector(UsageCollector):
     name = NAME
 
     def __init__(self) -> None:
-        self._uids: tuple[str, ...] = ()
+        self._pods: dict[str, list[Ring]] = {pod_name: [] for _, pod_name, _ in _PAIRS}
 
     def setup(self, options: Options, files: FileGroup) -> None:
         self._options = options
 
     def on_pods(self, pods: Sequence[PodMeta]) -> None:
-        self._uids = tuple(meta.uid for meta in pods if meta.cgroup_dir)
+        uids = [meta.uid for meta in pods if meta.cgroup_dir]
+        for _, pod_name, _ in _PAIRS:
+            self._pods[pod_name] = self._options.cache.handles([(pod_name, labels_of(pod=uid)) for uid in uids])
 
     def collect(self, batch: native.BatchResult, now: float) -> None:
         cache = self._options.cache
@@ -38,8 +41,8 @@ class SysResourceCollector(UsageCollector):
             if node is None:
                 continue
             pods_total = 0.0
-            for uid in self._uids:
-                sample = cache.latest(pod_name, labels_of(pod=uid), max_age_seconds=max_age)
-                if sample is not None:
-                    pods_total += sample[1]
+            for ring in self._pods[pod_name]:
+                last = ring.last()
+                if last is not None and now - last[0] <= max_age:
+                    pods_total += last[1]
             cache.append(system_name, (), now, max(node[1] - pods_total, 0.0))
