@@ -1,0 +1,317 @@
+"""The single writer of cgroup files (Koordinator ``pkg/koordlet/resourceexecutor``).
+
+:meth:`ResourceExecutor.apply` takes a batch of :class:`~koordlet.resourceexecutor.update.CgroupUpdate`
+and, per update: resolves the file for this host's cgroup version, validates and renders the value
+with the registry descriptor (v2 translations included) before touching anything, skips the write when
+the same text went to the same file less than ``force_update_seconds`` ago (Koordinator's
+``--resource-force-update-seconds``, 60 s: a periodic rewrite repairs values changed behind our back),
+orders ``cpuset.cpus`` / ``memory.min`` writes by level (:mod:`.leveled`), writes, audits and records a
+metric.
+
+Errors are classified, not retried blindly:
+
+* ENOENT on a vanished directory, ENODEV, ESRCH: the cgroup is gone, an expected race with the runtime;
+  logged at debug only.
+* EINVAL: the kernel refuses this value here.  The (path, value) pair is marked unsupported and not
+  written again before ``unsupported_retry_seconds`` (10 min) unless the value changes: Koordinator
+  #3217 burned 350-420m CPU rewriting a refused value every tick.  ENOENT on a file whose directory
+  exists (the kernel lacks the file) and EOPNOTSUPP are marked the same way for any value.
+* anything else (EACCES/EPERM, EBUSY, ENOSPC...) fails the update; each distinct error of a path is
+  logged once until a write to that path succeeds.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from koordlet.errors import ConfigError, KoordletError, Unsupported, from_errno
+from koordlet.metrics.executor import ResourceExecutorMetrics
+from koordlet.resourceexecutor.audit import AuditEntry, Auditor
+from koordlet.resourceexecutor.leveled import MERGE, bottom_up, top_down_parents
+from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
+from koordlet.resourceexecutor.writer import CgroupWriter, FileWriter
+from koordlet.system.cgroupfile import CgroupFile
+from koordlet.system.layout import CgroupLayout, clean_rel_dir
+from koordlet.system.resources import REGISTRY
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FORCE_UPDATE_SECONDS = 60.0
+DEFAULT_UNSUPPORTED_RETRY_SECONDS = 600.0
+
+_GONE = frozenset({errno.ENODEV, errno.ESRCH})
+_UNSUPPORTED_ANY_VALUE = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.ENOTTY})
+# cgroup v1 cpuset (kernel/cgroup/cpuset.c validate_change) answers EACCES for a child that is not a
+# subset of its parent and EBUSY for a parent that would no longer cover a child.
+_CPUSET_HINTS = {
+    errno.EACCES: "cpuset.cpus must be a subset of the parent's (write the parent first)",
+    errno.EBUSY: "a child cpuset still uses CPUs being removed (write the children first)",
+}
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """An update that passed validation: where it goes and the text to write."""
+
+    index: int
+    update: CgroupUpdate
+    descriptor: CgroupFile
+    version: int
+    rel_dir: str
+    path: str
+    text: str
+    canonical: object
+
+    @property
+    def key(self) -> str:
+        return self.descriptor.key
+
+
+@dataclass(frozen=True)
+class _Written:
+    text: str
+    at: float
+
+
+@dataclass(frozen=True)
+class _Refused:
+    text: str | None
+    """The refused text; None when no value can work (the file is missing)."""
+    until: float
+    reason: str
+
+
+class ResourceExecutor:
+    """Validates, deduplicates, orders, writes and audits cgroup updates; the only cgroup writer.
+
+    ``clock`` is a monotonic clock in seconds deciding cache expiry and backoffs (tests pass a fake);
+    ``audit`` receives every attempted write (None: no audit); ``metrics`` gets one observation per
+    write; ``writer`` replaces the real file access in tests.  Thread-safe: one batch at a time.
+    """
+
+    def __init__(
+        self,
+        layout: CgroupLayout,
+        clock: Callable[[], float],
+        audit: Auditor | None,
+        metrics: ResourceExecutorMetrics | None = None,
+        force_update_seconds: float = DEFAULT_FORCE_UPDATE_SECONDS,
+        *,
+        unsupported_retry_seconds: float = DEFAULT_UNSUPPORTED_RETRY_SECONDS,
+        writer: CgroupWriter | None = None,
+    ) -> None:
+        if force_update_seconds < 0:
+            raise ConfigError(f"resource_executor.force_update_seconds: must be >= 0, got {force_update_seconds!r}")
+        if unsupported_retry_seconds < 0:
+            raise ConfigError(
+                f"resource_executor.unsupported_retry_seconds: must be >= 0, got {unsupported_retry_seconds!r}"
+            )
+        self._layout = layout
+        self._clock = clock
+        self._audit = audit
+        self._metrics = metrics
+        self._force_update_seconds = force_update_seconds
+        self._retry_seconds = unsupported_retry_seconds
+        self._writer: CgroupWriter = writer if writer is not None else FileWriter()
+        self._lock = threading.Lock()
+        self._cache: dict[str, _Written] = {}
+        self._refused: dict[str, _Refused] = {}
+        self._logged: dict[str, str] = {}
+        """path (or resource key for unresolved updates) -> the last error logged for it."""
+        self._next_prune = clock() + force_update_seconds
+
+    # ------------------------------------------------------------------------------------------- public
+
+    def apply(self, updates: Iterable[CgroupUpdate]) -> list[Result]:
+        """Applies a batch; returns one :class:`Result` per update, in the batch's order.
+
+        Order of writes: the top-down merged values of leveled resources, then the other updates in
+        batch order, then the final leveled values bottom-up."""
+        batch = list(updates)
+        with self._lock:
+            now = self._clock()
+            self._prune(now)
+            results: list[Result | None] = [None] * len(batch)
+            ready: list[_Prepared] = []
+            for index, update in enumerate(batch):
+                prepared = self._prepare(index, update)
+                if isinstance(prepared, Result):
+                    results[index] = prepared
+                else:
+                    ready.append(prepared)
+            leveled = [p for p in ready if p.key in MERGE]
+            widened: set[int] = set()
+            for p in top_down_parents(leveled):
+                merged = self._write_merged(p, now)
+                if merged is None:
+                    continue
+                if merged.outcome is Outcome.WRITTEN:
+                    widened.add(p.index)
+                else:
+                    results[p.index] = merged
+            for p in [q for q in ready if q.key not in MERGE] + bottom_up(leveled):
+                if results[p.index] is not None:
+                    continue
+                result = self._write(p, p.text, p.update.owner, now)
+                if result.outcome is Outcome.SKIPPED_UNCHANGED and p.index in widened:
+                    # Pass 1 already wrote the final value (a pure grow).
+                    result = replace(result, outcome=Outcome.WRITTEN)
+                results[p.index] = result
+        return [r for r in results if r is not None]
+
+    def forget(self, path: str | None = None) -> None:
+        """Drops what the executor remembers (last written values, refused values) for ``path`` and the
+        files below it, or for everything; the next apply writes again.  For callers that know a file
+        was changed behind the executor's back."""
+        with self._lock:
+            if path is None:
+                self._cache.clear()
+                self._refused.clear()
+                self._logged.clear()
+                return
+            for table in (self._cache, self._refused, self._logged):
+                for key in [k for k in table if k == path or k.startswith(path.rstrip("/") + "/")]:
+                    del table[key]
+
+    # ------------------------------------------------------------------------------------------ phases
+
+    def _prepare(self, index: int, update: CgroupUpdate) -> _Prepared | Result:
+        descriptor = REGISTRY[update.resource]
+        try:
+            rel_dir = clean_rel_dir(update.rel_dir)
+            version = descriptor.version(self._layout)
+            path = descriptor.path(self._layout, rel_dir)
+        except Unsupported as exc:
+            return self._unwritable(update, Outcome.UNSUPPORTED, None, None, str(exc.strerror), update.resource)
+        except ValueError as exc:  # ParseError: '..' in rel_dir
+            return self._unwritable(update, Outcome.INVALID, None, None, str(exc), update.resource)
+        try:
+            # format() first: its message names the file of this host's version (cpu.weight, not cpu.shares).
+            text = descriptor.format(update.value, version)
+            canonical = descriptor.validate(update.value)
+        except (ValueError, KoordletError) as exc:
+            return self._unwritable(update, Outcome.INVALID, path, None, f"{path}: {exc}", path)
+        return _Prepared(index, update, descriptor, version, rel_dir, path, text, canonical)
+
+    def _write_merged(self, p: _Prepared, now: float) -> Result | None:
+        """Pass 1 of a leveled write; None when the current value already covers the desired one."""
+        try:
+            current = self._writer.read(p.path)
+        except OSError as exc:
+            code = exc.errno or errno.EIO
+            outcome = self._classify(code, p.path)
+            if outcome is Outcome.GONE:
+                self._drop_below(os.path.dirname(p.path))
+            message = f"{from_errno(code, 'read ' + p.path)} (before a leveled write)"
+            return self._unwritable(p.update, outcome, p.path, p.text, message, p.path)
+        merged = MERGE[p.key](current, p.canonical)
+        if merged is None:
+            return None
+        text = p.descriptor.format(merged, p.version)
+        # The merge was computed from the file itself, so the cache has nothing to add here.
+        owner = f"{p.update.owner} (leveled: merged value top-down)"
+        return self._write(p, text, owner, now, old=current.strip(), use_cache=False)
+
+    def _write(
+        self, p: _Prepared, text: str, owner: str, now: float, old: str | None = None, use_cache: bool = True
+    ) -> Result:
+        refused = self._refused.get(p.path)
+        if refused is not None and now < refused.until and refused.text in (None, text):
+            error = f"{refused.reason}; not retried for {refused.until - now:.0f} s unless the value changes"
+            return Result(p.update, Outcome.UNSUPPORTED, p.path, text, error)
+        cached = self._cache.get(p.path)
+        if use_cache and cached is not None and cached.text == text and now - cached.at < self._force_update_seconds:
+            return Result(p.update, Outcome.SKIPPED_UNCHANGED, p.path, text)
+        if old is None:
+            old = self._read_quietly(p.path)
+        # Real elapsed time for the metric, whatever clock decides expiry.
+        started = time.perf_counter()
+        try:
+            self._writer.write(p.path, text)
+        except OSError as exc:
+            elapsed = time.perf_counter() - started
+            result = self._failed(p, text, exc.errno or errno.EIO, now)
+        else:
+            elapsed = time.perf_counter() - started
+            self._cache[p.path] = _Written(text, now)
+            self._refused.pop(p.path, None)
+            if self._logged.pop(p.path, None) is not None:
+                log.info("cgroup write succeeds again", extra={"path": p.path, "value": text})
+            result = Result(p.update, Outcome.WRITTEN, p.path, text)
+        if self._metrics is not None:
+            self._metrics.observe(p.key, result.outcome is Outcome.WRITTEN, elapsed)
+        if self._audit is not None:
+            entry = AuditEntry(p.path, p.key, old, text, owner, result.outcome.value, result.error)
+            self._audit.record(entry)
+        return result
+
+    def _failed(self, p: _Prepared, text: str, code: int, now: float) -> Result:
+        self._cache.pop(p.path, None)  # the file's content is unknown now
+        outcome = self._classify(code, p.path)
+        message = str(from_errno(code, f"write {text!r} to {p.path}"))
+        if p.key == "cpuset_cpus" and code in _CPUSET_HINTS and self._layout.controller_version == 1:
+            message += f" ({_CPUSET_HINTS[code]})"
+        if outcome is Outcome.GONE:
+            self._drop_below(os.path.dirname(p.path))
+            log.debug("cgroup gone", extra={"path": p.path})
+            return Result(p.update, outcome, p.path, text, message)
+        if outcome is Outcome.UNSUPPORTED:
+            any_value = code != errno.EINVAL
+            if code == errno.ENOENT:
+                message = f"{p.path}: file absent although its cgroup exists (kernel lacks it)"
+            self._refused[p.path] = _Refused(None if any_value else text, now + self._retry_seconds, message)
+        self._log_once(p.path, message)
+        return Result(p.update, outcome, p.path, text, message)
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def _classify(self, code: int, path: str) -> Outcome:
+        if code == errno.ENOENT:
+            # The directory gone is the runtime's race; the file alone missing is the kernel's answer.
+            return Outcome.UNSUPPORTED if os.path.isdir(os.path.dirname(path)) else Outcome.GONE
+        if code in _GONE:
+            return Outcome.GONE
+        if code == errno.EINVAL or code in _UNSUPPORTED_ANY_VALUE:
+            return Outcome.UNSUPPORTED
+        return Outcome.FAILED
+
+    def _unwritable(
+        self, update: CgroupUpdate, outcome: Outcome, path: str | None, text: str | None, error: str, log_key: str
+    ) -> Result:
+        if outcome is not Outcome.GONE:
+            self._log_once(log_key, error)
+        return Result(update, outcome, path, text, error)
+
+    def _log_once(self, key: str, message: str) -> None:
+        if self._logged.get(key) == message:
+            return
+        self._logged[key] = message
+        log.warning("cgroup update not applied", extra={"path": key, "error": message})
+
+    def _read_quietly(self, path: str) -> str | None:
+        try:
+            return self._writer.read(path).strip()
+        except OSError:
+            return None
+
+    def _drop_below(self, directory: str) -> None:
+        prefix = directory.rstrip("/") + "/"
+        for table in (self._cache, self._refused, self._logged):
+            for key in [k for k in table if k.startswith(prefix)]:
+                del table[key]
+
+    def _prune(self, now: float) -> None:
+        # Entries of cgroups nobody updates any more (deleted pods) would otherwise pile up.
+        if now < self._next_prune:
+            return
+        self._next_prune = now + max(self._force_update_seconds, 1.0)
+        for path in [k for k, v in self._cache.items() if now - v.at >= self._force_update_seconds]:
+            del self._cache[path]
+        for path in [k for k, v in self._refused.items() if now >= v.until]:
+            del self._refused[path]
