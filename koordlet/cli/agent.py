@@ -1,10 +1,11 @@
 """Builds the daemon's components from the configuration, in Koordinator's start order:
-metriccache -> statesinformer (+ kubelet pods) -> metricsadvisor -> nodemetric -> metrics server."""
+metriccache -> statesinformer (+ kubelet pods) -> metricsadvisor -> nodemetric -> qosmanager -> metrics server."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,13 @@ from koordlet.metrics.server import MetricsServer
 from koordlet.metricsadvisor.advisor import MetricsAdvisor
 from koordlet.metricsadvisor.framework import Options
 from koordlet.metricsadvisor.registry import build_collectors
+from koordlet.qosmanager import framework as qos_framework
+from koordlet.qosmanager.evictor import Evictions, build_backend
+from koordlet.qosmanager.manager import QoSManager
+from koordlet.qosmanager.nodeslo import FileNodeSLOSource, NodeSLOHolder
+from koordlet.qosmanager.reader import CgroupReader
+from koordlet.qosmanager.registry import build_strategies
+from koordlet.resourceexecutor import AuditLog, ResourceExecutor
 from koordlet.statesinformer.informer import StatesInformer
 from koordlet.statesinformer.kubelet import KubeletClient, KubeletOptions
 from koordlet.statesinformer.kubeletconfig import KubeletConfigSync
@@ -96,6 +104,8 @@ class Agent:
     metrics: KoordletMetrics
     server: MetricsServer
     driver: DriverGuess
+    executor: ResourceExecutor
+    qos: QoSManager
 
 
 def build_agent(config: Config, state_dir: Path, node: NodeInfo) -> Agent:
@@ -126,6 +136,7 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo) -> Agent:
         recorder=metrics.node_metric if effective_gates.get("NodeMetricPromMetrics") else None,
     )
     server = MetricsServer(metrics.routes, config.server.addr)
+    executor, qos = build_qos(config, state_dir, layout, driver, informer, cache, metrics, effective_gates)
 
     components: list[Component] = [MetricCacheComponent(cache, config.metric_cache.flush_interval_seconds), informer]
     if not config.standalone:
@@ -142,5 +153,27 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo) -> Agent:
         config_sync = KubeletConfigSync(KubeletClient(options_k), kubelet.sync_interval_seconds,
                                         informer.set_reservation)
         components += [source, config_sync]
-    components += [advisor, reporter, server]
-    return Agent(components, cache, informer, advisor, metrics, server, driver)
+    components += [advisor, reporter, qos, server]
+    return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos)
+
+
+def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess, informer: StatesInformer,
+              cache: MetricCache, metrics: KoordletMetrics, effective_gates: Mapping[str, bool]
+              ) -> tuple[ResourceExecutor, QoSManager]:
+    """The resource executor (the only cgroup writer) and the QoS manager with its strategies."""
+    qos = config.qos
+    audit = AuditLog(qos.audit_dir or state_dir / "audit", max_bytes=qos.audit_max_bytes,
+                     max_files=qos.audit_max_files)
+    executor = ResourceExecutor(layout, time.monotonic, audit, metrics.executor, qos.resource_force_update_seconds)
+    evictor_kind = "api" if qos.only_evict_by_api else qos.evictor
+    backend = build_backend(evictor_kind, layout, qos.runtime_endpoint, qos.cri_timeout_seconds)
+    # Strategies count their evictions in metrics.qos (pod_eviction) with their own reason.
+    evictions = Evictions(backend, time.time, audit)
+    options = qos_framework.Options(
+        layout=layout, driver=driver.driver, informer=informer, cache=cache, executor=executor, evictor=evictions,
+        reader=CgroupReader(layout), config=qos, collector=config.collector, gates=effective_gates, clock=time.time,
+        decisions=qos_framework.DecisionLog(), metrics=metrics.qos, kube_parent=config.host.cgroup_kube_parent,
+    )
+    holder = NodeSLOHolder()
+    source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file else None
+    return executor, QoSManager(options, build_strategies(options), holder, source)

@@ -174,6 +174,51 @@ class WorkloadConfig:
 
 
 @dataclass(frozen=True)
+class QoSManagerConfig:
+    """The QoS manager's strategies, the resource executor and eviction (Koordinator's qosmanager flags)."""
+
+    nodeslo_file: str = opt("", "NodeSLO for this node when there is no companion: a NodeSLO object or spec, or a "
+                                "slo-controller-config ConfigMap (YAML or JSON); re-read when it changes; empty: "
+                                "Koordinator's defaults (suppress and eviction off)", flag="--nodeslo-file")
+    reconcile_interval_seconds: float = opt(1.0, "interval of cpuburst and cgreconcile",
+                                            flag="--reconcile-interval-seconds", check=positive, duration=True)
+    cpu_suppress_interval_seconds: float = opt(1.0, "interval of cpusuppress", flag="--cpu-suppress-interval-seconds",
+                                               check=positive, duration=True)
+    cpu_evict_interval_seconds: float = opt(1.0, "interval of cpuevict", flag="--cpu-evict-interval-seconds",
+                                            check=positive, duration=True)
+    memory_evict_interval_seconds: float = opt(1.0, "interval of memoryevict", flag="--memory-evict-interval-seconds",
+                                               check=positive, duration=True)
+    cpu_evict_cool_time_seconds: float = opt(20.0, "no CPU eviction sooner than this after the last one",
+                                             flag="--cpu-evict-cool-time-seconds", check=at_least(0), duration=True)
+    memory_evict_cool_time_seconds: float = opt(4.0, "no memory eviction sooner than this after the last one",
+                                                flag="--memory-evict-cool-time-seconds", check=at_least(0),
+                                                duration=True)
+    be_min_cpuset_cpus: int = opt(2, "fewest CPUs the cpuset suppress policy leaves BE (Koordinator's constant is 2; "
+                                     "1 lets a 2-CPU host suppress at all)", flag="--be-min-cpuset-cpus",
+                                  check=at_least(1))
+    memory_evict_base: str = opt("node", "what memory eviction compares with its threshold: node (MemTotal and the "
+                                         "node's usage) or kubepods (the kubepods cgroup's limit and usage, for hosts "
+                                         "whose pods live under a memory-limited parent)", flag="--memory-evict-base",
+                                 check=one_of("node", "kubepods"))
+    evictor: str = opt("cri", "how pods are evicted: cri (StopContainer on the runtime socket), kill (SIGKILL to "
+                              "the pod cgroup's processes, for plain hosts), api (the companion's Eviction API) or "
+                              "dry-run (record only)", flag="--evictor", check=one_of("cri", "kill", "api", "dry-run"))
+    only_evict_by_api: bool = opt(False, "evict only through the Kubernetes Eviction API (same as --evictor=api)",
+                                  flag="--only-evict-by-api")
+    runtime_endpoint: str = opt("unix:///var/run/containerd/containerd.sock",
+                                "CRI runtime endpoint used by the cri evictor", flag="--runtime-endpoint")
+    cri_timeout_seconds: float = opt(5.0, "deadline of one CRI StopContainer call", check=positive, duration=True)
+    resource_force_update_seconds: float = opt(60.0, "rewrite an unchanged cgroup value after this long (repairs "
+                                                     "changes made behind koordlet's back)",
+                                               flag="--resource-force-update-seconds", check=at_least(0),
+                                               duration=True)
+    audit_dir: str = opt("", "directory of the write and eviction audit log (empty: <stateDir>/audit)",
+                         flag="--audit-log-dir")
+    audit_max_bytes: int = opt(10 * 1024 * 1024, "size at which the audit log rotates", check=positive)
+    audit_max_files: int = opt(3, "rotated audit files kept", check=at_least(1))
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything ``koordlet run`` needs."""
 
@@ -194,6 +239,7 @@ class Config:
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     metric_cache: MetricCacheConfig = field(default_factory=MetricCacheConfig)
     node_metric: NodeMetricConfig = field(default_factory=NodeMetricConfig)
+    qos: QoSManagerConfig = field(default_factory=QoSManagerConfig)
     workloads: tuple[WorkloadConfig, ...] = opt((), "standalone: workloads of this host (name, "
                                                     "cgroupPath or systemdUnit, qosClass, priority)")
     discover_kubepods: bool = opt(True, "standalone: also take pods from a kubepods tree found on the host",

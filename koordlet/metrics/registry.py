@@ -24,6 +24,7 @@ from koordlet.metrics.kubelet import KubeletMetrics
 from koordlet.metrics.lifecycle import LifecycleMetrics
 from koordlet.metrics.nodemetric import NodeMetricMetrics
 from koordlet.metrics.psi import PSICollector
+from koordlet.metrics.qos import QoSMetrics
 from koordlet.metrics.resource import NodeUsageCollector, PodUsageCollector
 from koordlet.metrics.runtimehooks import RuntimeHookMetrics
 from koordlet.metrics.sources import LatestSamples, PodLister
@@ -73,7 +74,7 @@ class KoordletMetrics:
     """Every metric of one daemon.
 
     Facades for what callers record (``lifecycle``, ``kubelet``, ``executor``, ``runtime_hooks``,
-    ``node_metric``), and scrape-time collectors over ``cache`` and ``pods`` for what is measured (node,
+    ``node_metric``, ``qos``), and scrape-time collectors over ``cache`` and ``pods`` for what is measured (node,
     pod and container usage, PSI, CPI).  Serve :attr:`routes` with :func:`koordlet.metrics.server.serve`.
     """
 
@@ -96,6 +97,7 @@ class KoordletMetrics:
         self.kubelet = KubeletMetrics(self.internal)
         self.executor = ResourceExecutorMetrics(self.internal)
         self.runtime_hooks = RuntimeHookMetrics(self.internal, node_name)
+        self.qos = QoSMetrics(self.internal, node_name)
         self.node_metric = NodeMetricMetrics(node_name)
         self._register(self.internal, [
             self.node_metric,

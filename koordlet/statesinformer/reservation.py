@@ -13,15 +13,19 @@ from typing import Any
 
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.errors import ParseError
+from koordlet.system.validators import parse_cpulist
 
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
     cpu_milli: int = 0
     memory_bytes: int = 0
+    cpus: tuple[int, ...] = ()
+    """CPUs reserved by id (kubelet ``reservedSystemCPUs``): BE never gets them, whatever the quantity."""
 
     def __add__(self, other: Reservation) -> Reservation:
-        return Reservation(self.cpu_milli + other.cpu_milli, self.memory_bytes + other.memory_bytes)
+        return Reservation(self.cpu_milli + other.cpu_milli, self.memory_bytes + other.memory_bytes,
+                           tuple(sorted(set(self.cpus) | set(other.cpus))))
 
 
 def reservation_from_resources(resources: Any, where: str) -> Reservation:
@@ -44,5 +48,16 @@ def reservation_from_configz(obj: Any) -> Reservation:
     config = obj.get("kubeletconfig") if isinstance(obj, Mapping) else None
     if not isinstance(config, Mapping):
         raise ParseError("configz: expected an object with a kubeletconfig object")
-    return (reservation_from_resources(config.get("kubeReserved"), "kubeletconfig.kubeReserved")
-            + reservation_from_resources(config.get("systemReserved"), "kubeletconfig.systemReserved"))
+    reserved = (reservation_from_resources(config.get("kubeReserved"), "kubeletconfig.kubeReserved")
+                + reservation_from_resources(config.get("systemReserved"), "kubeletconfig.systemReserved"))
+    cpus_text = config.get("reservedSystemCPUs")
+    if cpus_text:
+        if not isinstance(cpus_text, str):
+            raise ParseError(f"kubeletconfig.reservedSystemCPUs: expected a cpu list string, got {cpus_text!r}")
+        try:
+            cpus = tuple(parse_cpulist(cpus_text))
+        except ValueError as exc:
+            raise ParseError(f"kubeletconfig.reservedSystemCPUs: {exc}") from None
+        # kubelet: reservedSystemCPUs overrides the CPU quantity of kube+system reserved.
+        reserved = Reservation(len(cpus) * 1000, reserved.memory_bytes, cpus)
+    return reserved

@@ -41,3 +41,13 @@ def test_sync_reads_kubelet_configz_and_retries(fake_kubelet: Any) -> None:
     fake_kubelet.set_configz(CONFIGZ)
     assert sync.sync_once()
     assert got == [Reservation(1500, 1536 * 2**20)] and sync.attempts == 2
+
+
+def test_reserved_system_cpus_name_cpus_and_override_the_quantity() -> None:
+    config = {"kubeletconfig": {"kubeReserved": {"cpu": "500m", "memory": "1Gi"}, "reservedSystemCPUs": "0,4-5"}}
+    assert reservation_from_configz(config) == Reservation(3000, 2**30, (0, 4, 5))
+
+
+def test_reserved_system_cpus_garbage_names_the_field() -> None:
+    with pytest.raises(ParseError, match="reservedSystemCPUs"):
+        reservation_from_configz({"kubeletconfig": {"reservedSystemCPUs": "0-x"}})

@@ -1,0 +1,208 @@
+"""Eviction: one interface, several backends, and the bookkeeping that prevents eviction storms.
+
+Strategies ask :class:`Evictions` to evict a pod.  It hands the pod to the configured backend (CRI
+``StopContainer``, SIGKILL to a plain host's workload cgroup, the Kubernetes Eviction API, or a dry run),
+audits and counts the eviction, and remembers the pod until it is gone: a pod evicted but still present
+is *pending*, and strategies count its usage as already released so the next round does not evict
+another pod for the same shortage (Koordinator PR #3137).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from koordlet.errors import ConfigError, KoordletError
+from koordlet.resourceexecutor.audit import AuditEntry, Auditor
+from koordlet.statesinformer.framework import PodMeta
+from koordlet.system.layout import CgroupLayout
+
+log = logging.getLogger(__name__)
+
+PENDING_TIMEOUT_SECONDS = 300.0
+"""A pod still listed this long after its eviction was launched no longer counts as pending (its
+backend failed silently, or the pod was re-created with the same UID); it may be evicted again."""
+
+
+class EvictionFailed(KoordletError, RuntimeError):
+    """The backend could not launch the eviction; the message says why."""
+
+
+class Backend(Protocol):
+    """Launches one eviction; raises :class:`EvictionFailed` when it could not."""
+
+    name: str
+
+    def evict(self, pod: PodMeta, reason: str, message: str) -> None:
+        ...
+
+
+class DryRunBackend:
+    """Records evictions without acting (an operator trying thresholds out)."""
+
+    name = "dry-run"
+
+    def evict(self, pod: PodMeta, reason: str, message: str) -> None:
+        log.warning("dry-run: would evict pod %s (%s): %s", pod.pod.key, reason, message)
+
+
+class KillBackend:
+    """SIGKILL to every process of the pod's cgroup: eviction for a plain host's workloads, which no
+    runtime would restart.  Reads ``cgroup.procs`` of the pod directory and every directory below it."""
+
+    name = "kill"
+
+    def __init__(self, layout: CgroupLayout, kill: Callable[[int, int], None] = os.kill) -> None:
+        self._layout = layout
+        self._kill = kill
+
+    def _procs_root(self, rel_dir: str) -> str:
+        # Every v1 hierarchy holds the same processes; cpu is mounted wherever pods are tracked.
+        if self._layout.controller_version == 2:
+            return self._layout.unified_dir(rel_dir)
+        return self._layout.controller_dir("cpu", rel_dir)
+
+    def pids(self, pod: PodMeta) -> list[int]:
+        root = self._procs_root(pod.cgroup_dir)
+        pids: list[int] = []
+        for directory, _dirs, files in os.walk(root):
+            if "cgroup.procs" not in files:
+                continue
+            try:
+                with open(os.path.join(directory, "cgroup.procs"), encoding="ascii") as f:
+                    pids.extend(int(line) for line in f if line.strip())
+            except (OSError, ValueError):
+                continue  # the cgroup went while we walked
+        return pids
+
+    def evict(self, pod: PodMeta, reason: str, message: str) -> None:
+        if not pod.cgroup_dir:
+            raise EvictionFailed(f"pod {pod.pod.key} has no cgroup directory to kill")
+        # A missing directory would otherwise count as an eviction of 0 processes and then sit as pending,
+        # blocking real evictions until it times out.
+        root = self._procs_root(pod.cgroup_dir)
+        if not os.path.isdir(root):
+            raise EvictionFailed(f"pod {pod.pod.key}: no cgroup directory {root} to kill")
+        pids = self.pids(pod)
+        killed = 0
+        for pid in pids:
+            try:
+                self._kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                continue
+            except OSError as exc:
+                raise EvictionFailed(f"kill {pid} of pod {pod.pod.key}: {os.strerror(exc.errno or errno.EIO)}"
+                                     ) from exc
+        log.warning("evicted pod %s (%s): killed %d process(es): %s", pod.pod.key, reason, killed, message)
+
+
+class EvictionAPI(Protocol):
+    """The Kubernetes Eviction API as the companion exposes it to the koordlet."""
+
+    def evict(self, namespace: str, name: str, reason: str, message: str) -> None:
+        ...
+
+
+class ApiBackend:
+    """Evicts through the Kubernetes Eviction API (PodDisruptionBudgets apply)."""
+
+    name = "api"
+
+    def __init__(self, api: EvictionAPI) -> None:
+        self._api = api
+
+    def evict(self, pod: PodMeta, reason: str, message: str) -> None:
+        self._api.evict(pod.pod.namespace, pod.pod.name, reason, message)
+
+
+@dataclass(frozen=True)
+class Pending:
+    uid: str
+    key: str
+    reason: str
+    at: float
+
+
+class Evictions:
+    """The eviction front strategies use: backend, audit, metrics and pending bookkeeping."""
+
+    def __init__(self, backend: Backend, clock: Callable[[], float], audit: Auditor | None = None,
+                 on_evicted: Callable[[str, PodMeta], None] | None = None,
+                 pending_timeout_seconds: float = PENDING_TIMEOUT_SECONDS) -> None:
+        self.backend = backend
+        self._clock = clock
+        self._audit = audit
+        self._on_evicted = on_evicted
+        self._timeout = pending_timeout_seconds
+        self._lock = threading.Lock()
+        self._pending: dict[str, Pending] = {}
+
+    def evict(self, pod: PodMeta, reason: str, message: str) -> bool:
+        """Launches the eviction of ``pod``; False (logged, audited) when the backend failed.  A pod
+        already pending is not evicted twice."""
+        with self._lock:
+            if pod.uid in self._pending:
+                return True
+        try:
+            self.backend.evict(pod, reason, message)
+        except (EvictionFailed, OSError) as exc:
+            log.error("eviction of pod %s (%s) failed: %s", pod.pod.key, reason, exc)
+            self._record(pod, reason, message, "failed", str(exc))
+            return False
+        with self._lock:
+            self._pending[pod.uid] = Pending(pod.uid, pod.pod.key, reason, self._clock())
+        self._record(pod, reason, message, "evicted" if self.backend.name != "dry-run" else "dry-run", None)
+        if self._on_evicted is not None:
+            self._on_evicted(reason, pod)
+        return True
+
+    def _record(self, pod: PodMeta, reason: str, message: str, outcome: str, error: str | None) -> None:
+        if self._audit is not None:
+            self._audit.record(AuditEntry(path=pod.cgroup_dir, resource="eviction", old=None,
+                                          new=f"{pod.pod.key} {reason}: {message}",
+                                          owner=f"evictor:{self.backend.name}", outcome=outcome, error=error))
+
+    def pending(self, pods: Iterable[PodMeta]) -> set[str]:
+        """UIDs of pods whose eviction was launched and that are still present (and not terminated);
+        forgets pods that are gone or whose eviction is older than the pending timeout."""
+        now = self._clock()
+        present = {p.uid for p in pods if not p.pod.terminated}
+        with self._lock:
+            for uid in [u for u, p in self._pending.items() if u not in present or now - p.at > self._timeout]:
+                del self._pending[uid]
+            return set(self._pending)
+
+    def pending_list(self) -> list[Pending]:
+        with self._lock:
+            return list(self._pending.values())
+
+
+def build_backend(kind: str, layout: CgroupLayout, cri_endpoint: str, cri_timeout_seconds: float,
+                  api: EvictionAPI | None = None) -> Backend:
+    """The backend for ``qos.evictor``; raises ConfigError naming the option when it cannot work."""
+    if kind == "dry-run":
+        return DryRunBackend()
+    if kind == "kill":
+        return KillBackend(layout)
+    if kind == "cri":
+        from koordlet.qosmanager.cri import CRIBackend
+
+        return CRIBackend(cri_endpoint, cri_timeout_seconds)
+    if kind == "api":
+        if api is None:
+            raise ConfigError("qos.evictor: 'api' needs the companion's Eviction API, which this koordlet has no "
+                              "connection to; use cri, kill or dry-run")
+        return ApiBackend(api)
+    raise ConfigError(f"qos.evictor: unknown evictor {kind!r} (cri, kill, api, dry-run)")
+
+
+def containers_to_stop(pod: PodMeta) -> Sequence[str]:
+    """Bare runtime ids of the pod's started containers."""
+    return [c.container_id for c in pod.containers if c.container_id]

@@ -1,0 +1,189 @@
+"""Choosing and evicting victims, shared by cpuevict and memoryevict (Koordinator
+``qosmanager/plugins/util/evict.go``: ``KillAndEvictPods``, ``IsEvictionPolicyAllowed``; and
+``apis/extension``: ``GetPodPriorityValueWithDefault``, ``PodEvictEnabled``, ``GetPodEvictionPriority``).
+
+A strategy builds one :class:`Task` per trigger (BEMemoryEvict, MemoryEvict...): how much must be released,
+measured by which amount (a pod's usage or its request), and its candidates in eviction order.
+:func:`evict` walks the tasks in order and evicts until each task's amount is released.
+
+Pods evicted earlier and still present (pending, :meth:`Evictions.pending`) count as released *before*
+the walk starts and are never picked again: the metric samples still show their usage while the runtime
+stops them, and without this every round of the cooldown-free interval would pick one more victim for
+the same shortage (Koordinator PR #3137, eviction storms).  Koordinator counts a pending pod only when
+its walk reaches it in victim order; counting every pending pod first is stricter: a pending pod sorted
+after a not-yet-evicted one still stops that one from being evicted for the same shortage."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from koordlet.apis.extension import LABEL_EVICTION_ENABLED, PriorityClass, QoSClass
+from koordlet.apis.pod import Pod
+from koordlet.qosmanager.framework import Options
+from koordlet.statesinformer.framework import PodMeta
+
+log = logging.getLogger(__name__)
+
+USED = "used"
+"""Release measured by what the pod uses (memory bytes, CPU milli-cores): Koordinator ``podUsed``."""
+REQUEST = "request"
+"""Release measured by the pod's batch request (milli-cores): Koordinator ``podResourceRequest``."""
+
+LABEL_PRIORITY = "koordinator.sh/priority"
+"""Sub-priority within a priority class (Koordinator ``LabelPodPriority``)."""
+ANNOTATION_EVICTION_POLICY = "koordinator.sh/eviction-policy"
+"""JSON list of the eviction features allowed to evict the pod; absent: all (``AnnotationPodEvictPolicy``)."""
+ANNOTATION_EVICTION_PRIORITY = "koordinator.sh/eviction-priority"
+"""int32, lower evicted first, before spec.priority (``AnnotationPodEvictionPriority``); absent: 0."""
+
+# Koordinator apis/extension priority_utils.go: Priority{Prod,Mid,Batch,Free}ValueDefault.
+CLASS_DEFAULT_PRIORITY = {PriorityClass.PROD: 9500, PriorityClass.MID: 7500, PriorityClass.BATCH: 5500,
+                          PriorityClass.FREE: 3500}
+_QOS_CLASS = {QoSClass.BE: PriorityClass.BATCH, QoSClass.NONE: PriorityClass.NONE}
+
+
+def priority_with_default(pod: Pod) -> int:
+    """``GetPodPriorityValueWithDefault``: a non-zero spec.priority, else the default of the pod's
+    priority class (label or band), else of the class its QoS implies (BE: batch, others: prod)."""
+    if pod.priority:
+        return pod.priority
+    band = pod.priority_class
+    if band is PriorityClass.NONE:
+        band = _QOS_CLASS.get(pod.qos, PriorityClass.PROD)
+    return CLASS_DEFAULT_PRIORITY.get(band, 0)
+
+
+def eviction_enabled(pod: Pod) -> bool:
+    """``PodEvictEnabled``: the usage-based evictions take only pods labelled eviction-enabled=true."""
+    return pod.labels.get(LABEL_EVICTION_ENABLED) == "true"
+
+
+def policy_refusal(pod: Pod, feature: str) -> str | None:
+    """Why the pod's eviction-policy annotation keeps ``feature`` from evicting it (None: allowed).
+    A garbage annotation refuses every feature, as Koordinator's ``IsEvictionPolicyAllowed`` does."""
+    raw = pod.annotations.get(ANNOTATION_EVICTION_POLICY)
+    if raw is None:
+        return None
+    try:
+        allowed = json.loads(raw)
+    except ValueError:
+        allowed = None
+    if not isinstance(allowed, list) or not all(isinstance(p, str) for p in allowed):
+        return f"annotation {ANNOTATION_EVICTION_POLICY}={raw!r} is not a JSON list of strings"
+    if feature not in allowed:
+        return f"annotation {ANNOTATION_EVICTION_POLICY} allows only {', '.join(allowed) or 'nothing'}"
+    return None
+
+
+def eviction_priority(pod: Pod) -> int:
+    """The eviction-priority annotation; 0 when absent or not an integer (Koordinator logs and uses 0)."""
+    raw = pod.annotations.get(ANNOTATION_EVICTION_PRIORITY)
+    try:
+        return int(raw) if raw is not None else 0
+    except ValueError:
+        return 0
+
+
+def label_priority(pod: Pod, default: int) -> int:
+    raw = pod.labels.get(LABEL_PRIORITY)
+    try:
+        return int(raw) if raw is not None else default
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A pod that may be evicted, with what evicting it releases, by measure (:data:`USED`, :data:`REQUEST`)."""
+
+    meta: PodMeta
+    priority: int
+    amounts: Mapping[str, float]
+
+    @property
+    def key(self) -> str:
+        return self.meta.pod.key
+
+
+@dataclass(frozen=True)
+class Task:
+    """One trigger's eviction: release ``needed`` measured by ``target`` from ``candidates`` (in order)."""
+
+    feature: str
+    reason: str
+    """The eviction reason (metric label, audit): ``EvictPodByNodeMemoryUsage``..."""
+    target: str
+    needed: float
+    candidates: Sequence[Candidate]
+    message: str
+
+
+@dataclass
+class Outcome:
+    released: dict[str, float] = field(default_factory=dict)
+    """Per measure: pending pods plus those evicted now."""
+    pending: list[Candidate] = field(default_factory=list)
+    evicted: list[tuple[Task, Candidate]] = field(default_factory=list)
+    failed: list[tuple[Task, Candidate]] = field(default_factory=list)
+
+    def add(self, candidate: Candidate) -> None:
+        for measure, amount in candidate.amounts.items():
+            self.released[measure] = self.released.get(measure, 0.0) + amount
+
+    def short(self, task: Task) -> float:
+        """What ``task`` still lacks (0 when released enough)."""
+        return max(task.needed - self.released.get(task.target, 0.0), 0.0)
+
+
+def evict(options: Options, tasks: Iterable[Task], pending: Sequence[Candidate]) -> Outcome:
+    """Counts ``pending`` as released, then evicts each task's candidates in order until the task's
+    amount is released.  A pod is evicted at most once per round; a failed eviction (logged and audited
+    by the evictor) releases nothing and the walk goes on to the next candidate, as Koordinator's does."""
+    outcome = Outcome()
+    seen: set[str] = set()
+    for candidate in pending:
+        if candidate.meta.uid not in seen:
+            seen.add(candidate.meta.uid)
+            outcome.pending.append(candidate)
+            outcome.add(candidate)
+    for task in tasks:
+        for candidate in task.candidates:
+            if outcome.short(task) <= 0:
+                break
+            if candidate.meta.uid in seen:
+                continue
+            seen.add(candidate.meta.uid)
+            pod = candidate.meta.pod
+            if options.evictor.evict(candidate.meta, task.reason, f"{task.message}; evicting pod {pod.key}"):
+                outcome.evicted.append((task, candidate))
+                outcome.add(candidate)
+                options.metrics.pod_eviction(task.reason, pod.namespace, pod.name)
+            else:
+                outcome.failed.append((task, candidate))
+    return outcome
+
+
+def pending_pods(options: Options, pods: Sequence[PodMeta]) -> list[PodMeta]:
+    """Pods whose eviction was launched and that are still listed."""
+    uids = options.evictor.pending(pods)
+    return [meta for meta in pods if meta.uid in uids]
+
+
+def active(meta: PodMeta) -> bool:
+    """Koordinator skips inactive (succeeded or failed) pods: evicting them releases nothing."""
+    return not meta.pod.terminated
+
+
+def keys(candidates: Iterable[Candidate]) -> list[str]:
+    return [c.key for c in candidates]
+
+
+def fmt_bytes(value: float) -> str:
+    """``2.1 GiB``, ``50.0 MiB``: the unit an operator reads memory in."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B"

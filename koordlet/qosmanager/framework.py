@@ -1,0 +1,165 @@
+"""What a QoS strategy is and what it gets (Koordinator ``pkg/koordlet/qosmanager/framework``).
+
+A strategy computes intents from the pods, the metric cache and the effective NodeSLO; it never writes a
+file itself (CONVENTIONS #14): cgroup values go to the resource executor, evictions to the evictor.  The
+manager owns time: it calls :meth:`Strategy.run_once` at the strategy's interval, and tests call it
+directly with a fake clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from koordlet.apis.nodeslo import NodeSLOSpec
+from koordlet.config.types import CollectorConfig, QoSManagerConfig
+from koordlet.metriccache import MetricCache
+from koordlet.qosmanager.evictor import Evictions
+from koordlet.qosmanager.reader import CgroupReader
+from koordlet.resourceexecutor import CgroupUpdate, Result
+from koordlet.statesinformer.framework import StatesInformer
+from koordlet.system.kubepaths import CgroupDriver
+from koordlet.system.layout import CgroupLayout
+
+
+class Executor(Protocol):
+    """The resource executor as strategies see it."""
+
+    def apply(self, updates: Iterable[CgroupUpdate]) -> list[Result]:
+        ...
+
+    def forget(self, path: str | None = None) -> None:
+        """Drops the remembered value of ``path`` (changed behind the executor's back) so the next
+        apply writes it again instead of skipping it as unchanged."""
+        ...
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a strategy decided in one round and the numbers behind it (for ``koordctl qos``).
+
+    ``summary`` is one sentence an operator can read ("BE limited to 3 CPUs: LS usage 62% of 65%
+    threshold"); ``numbers`` holds every input and output of the computation by name."""
+
+    strategy: str
+    at: float
+    action: str
+    """What it did: ``suppress``, ``recover``, ``evict``, ``none``, ``skip`` (inputs missing) ..."""
+    summary: str
+    numbers: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "at": self.at, "action": self.action, "summary": self.summary,
+                "numbers": dict(self.numbers)}
+
+
+class DecisionLog:
+    """The last decision of each strategy, plus a short history of the ones that acted."""
+
+    def __init__(self, history: int = 256) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, Decision] = {}
+        self._acted: collections.deque[Decision] = collections.deque(maxlen=history)
+
+    def record(self, decision: Decision) -> None:
+        with self._lock:
+            self._last[decision.strategy] = decision
+            if decision.action not in ("none", "skip"):
+                self._acted.append(decision)
+
+    def last(self, strategy: str) -> Decision | None:
+        with self._lock:
+            return self._last.get(strategy)
+
+    def latest(self) -> dict[str, Decision]:
+        with self._lock:
+            return dict(self._last)
+
+    def history(self) -> list[Decision]:
+        with self._lock:
+            return list(self._acted)
+
+
+class QoSMetricsSink(Protocol):
+    """The Prometheus facade strategies report through (see :mod:`koordlet.metrics.qos`)."""
+
+    def be_suppress_cores(self, policy: str, cores: float) -> None: ...
+    def be_suppress_ls_used_cores(self, cores: float) -> None: ...
+    def pod_eviction(self, reason: str, pod_namespace: str, pod_name: str) -> None: ...
+    def scaled_cfs_quota(self, pod_namespace: str, pod_name: str, container: str, quota_us: float) -> None: ...
+    def forget_container(self, pod_namespace: str, pod_name: str, container: str) -> None: ...
+    def strategy_run(self, strategy: str, seconds: float, ok: bool) -> None: ...
+
+
+class NullMetrics:
+    """A sink that drops everything (unit tests, or metrics disabled)."""
+
+    def be_suppress_cores(self, policy: str, cores: float) -> None: ...
+    def be_suppress_ls_used_cores(self, cores: float) -> None: ...
+    def pod_eviction(self, reason: str, pod_namespace: str, pod_name: str) -> None: ...
+    def scaled_cfs_quota(self, pod_namespace: str, pod_name: str, container: str, quota_us: float) -> None: ...
+    def forget_container(self, pod_namespace: str, pod_name: str, container: str) -> None: ...
+    def strategy_run(self, strategy: str, seconds: float, ok: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class Options:
+    """Dependencies handed to every strategy (CONVENTIONS #4: injected, never imported singletons)."""
+
+    layout: CgroupLayout
+    driver: CgroupDriver
+    informer: StatesInformer
+    cache: MetricCache
+    executor: Executor
+    evictor: Evictions
+    reader: CgroupReader
+    config: QoSManagerConfig
+    collector: CollectorConfig
+    gates: Mapping[str, bool]
+    clock: Callable[[], float]
+    """Wall clock (seconds since the epoch): metric-cache samples carry wall-clock times."""
+    decisions: DecisionLog
+    metrics: QoSMetricsSink = field(default_factory=NullMetrics)
+    kube_parent: str = ""
+    """Where kubepods sits below the hierarchy roots (kubelet --cgroup-root)."""
+    probes: Mapping[str, bool] = field(default_factory=dict)
+    """Host capabilities by probe name (``koordlet.system.probes``), for strategies that need a kernel feature."""
+
+
+class Strategy(Protocol):
+    """One QoS strategy; the manager owns time and calls :meth:`run_once` every :meth:`interval` seconds."""
+
+    name: str
+
+    def enabled(self, slo: NodeSLOSpec) -> bool:
+        """Whether the strategy runs this round (feature gate and NodeSLO switch).  A strategy that was
+        enabled and no longer is gets :meth:`run_once` called once more with ``enabled=False`` so it can
+        undo what it did (recover BE's cpuset, quota...)."""
+        ...
+
+    def interval(self) -> float:
+        """Seconds between rounds."""
+        ...
+
+    def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
+        """One round against the effective NodeSLO (merged over Koordinator's defaults).  Must not raise
+        for an expected race (a cgroup that vanished, a sample not yet collected): it returns a ``skip``
+        decision saying why instead."""
+        ...
+
+
+StrategyFactory = Callable[[Options], Strategy]
+
+
+def pods_by_uid(informer: StatesInformer) -> dict[str, Any]:
+    return {meta.uid: meta for meta in informer.pods()}
+
+
+def fresh_latest(cache: MetricCache, name: str, labels: Sequence[tuple[str, str]], max_age_seconds: float
+                 ) -> float | None:
+    """The newest value of a series if it is no older than ``max_age_seconds``."""
+    latest = cache.latest(name, tuple(labels), max_age_seconds)
+    return None if latest is None else latest[1]

@@ -1,0 +1,12 @@
+"""CPU burst for LS pods: ``cfs_burst_us`` and cfs quota scaling (Koordinator ``qosmanager/plugins/cpuburst``)."""
+
+from __future__ import annotations
+
+from koordlet.qosmanager.framework import Options, Strategy
+from koordlet.qosmanager.plugins.cpuburst.strategy import NAME, CPUBurst
+
+__all__ = ["NAME", "CPUBurst", "new"]
+
+
+def new(options: Options) -> Strategy:
+    return CPUBurst(options)

@@ -1,0 +1,12 @@
+"""BE CPU suppression by cpuset or CFS quota (Koordinator ``qosmanager/plugins/cpusuppress``)."""
+
+from __future__ import annotations
+
+from koordlet.qosmanager.framework import Options, Strategy
+from koordlet.qosmanager.plugins.cpusuppress.strategy import NAME, CPUSuppress
+
+__all__ = ["NAME", "CPUSuppress", "new"]
+
+
+def new(options: Options) -> Strategy:
+    return CPUSuppress(options)

@@ -1,0 +1,12 @@
+"""Memory eviction of BE (and eviction-enabled low-priority) pods (Koordinator ``qosmanager/plugins/memoryevict``)."""
+
+from __future__ import annotations
+
+from koordlet.qosmanager.framework import Options, Strategy
+from koordlet.qosmanager.plugins.memoryevict.strategy import NAME, MemoryEvict
+
+__all__ = ["NAME", "MemoryEvict", "new"]
+
+
+def new(options: Options) -> Strategy:
+    return MemoryEvict(options)

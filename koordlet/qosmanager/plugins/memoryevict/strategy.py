@@ -1,0 +1,242 @@
+"""Memory eviction (Koordinator ``qosmanager/plugins/memoryevict``): when memory usage reaches
+``memoryEvictThresholdPercent`` of capacity, evict pods until capacity x (usage% - lower%) is released.
+
+Triggers, run in Koordinator's order and sharing one release account:
+
+* ``BEMemoryEvict``: BE pods, lowest spec.priority first, then the largest memory usage.
+* ``MemoryEvict``: pods of any class labelled ``koordinator.sh/eviction-enabled=true`` whose priority is
+  at most ``evictEnabledPriorityThreshold``, ordered by eviction-priority annotation, priority,
+  ``koordinator.sh/priority`` label, then the largest usage.
+
+What capacity and usage mean is ``qos.memoryEvictBase``: ``node`` (MemTotal and the node's usage, as
+Koordinator) or ``kubepods`` (the kubepods cgroup's memory limit and the sum of its pods' usage), for a
+host whose pods live under a memory-limited parent where node-wide numbers never cross the threshold.
+
+A round with an eviction starts the cooldown (``memory_evict_cool_time_seconds``, 4 s); a round whose
+evictions all failed does not, so the next round retries."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from koordlet.apis.nodeslo import NodeSLOSpec
+from koordlet.apis.nodeslo.types import ResourceThresholdStrategy
+from koordlet.errors import KoordletError
+from koordlet.qosmanager import evictpick, helpers
+from koordlet.qosmanager.evictpick import USED, Candidate, Task, fmt_bytes
+from koordlet.qosmanager.framework import Decision, Options
+from koordlet.qosmanager.plugins.memoryevict import calc
+from koordlet.statesinformer.framework import PodMeta
+from koordlet.system.kubepaths import kubepods_dir, under_parent
+
+log = logging.getLogger(__name__)
+
+NAME = "memoryevict"
+BE_GATE = "BEMemoryEvict"
+USAGE_GATE = "MemoryEvict"
+REASON = "EvictPodByNodeMemoryUsage"
+"""Koordinator's reason constant for both triggers (``helpers.EvictPodByNodeMemoryUsage``)."""
+NODE_BASE = "node"
+KUBEPODS_BASE = "kubepods"
+MakeCandidate = Callable[[PodMeta, int], Candidate]
+
+
+@dataclass(frozen=True)
+class Base:
+    """What the threshold is compared with: ``capacity`` and ``used`` bytes, and where they came from."""
+
+    name: str
+    capacity: int
+    used: float
+    source: str
+
+
+class MemoryEvict:
+    """The ``memoryevict`` strategy."""
+
+    name = NAME
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.last_eviction: float | None = None
+        """When the last round that launched an eviction ran (the cooldown counts from it)."""
+
+    def enabled(self, slo: NodeSLOSpec) -> bool:
+        threshold = slo.resource_used_threshold_with_be
+        gates = self.options.gates
+        return ((bool(gates.get(BE_GATE, False)) or bool(gates.get(USAGE_GATE, False)))
+                and threshold is not None and threshold.enable is True)
+
+    def interval(self) -> float:
+        return self.options.config.memory_evict_interval_seconds
+
+    def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
+        if not enabled:
+            return self._decide("none", "memory eviction disabled (evicted pods are not brought back)", {})
+        now = self.options.clock()
+        cool = self.options.config.memory_evict_cool_time_seconds
+        if self.last_eviction is not None and now - self.last_eviction < cool:
+            age = now - self.last_eviction
+            return self._decide("none", f"cooling down: last eviction {age:.1f} s ago, cool time {cool:g} s",
+                                {"last_eviction_age_seconds": age, "cool_time_seconds": cool})
+        threshold = slo.resource_used_threshold_with_be or ResourceThresholdStrategy()
+        threshold_pct = (threshold.memory_evict_threshold_percent
+                         if threshold.memory_evict_threshold_percent is not None
+                         else calc.DEFAULT_THRESHOLD_PERCENT)
+        lower_pct = calc.lower_percent(threshold_pct, threshold.memory_evict_lower_percent)
+        numbers: dict[str, Any] = {"threshold_percent": threshold_pct, "lower_percent": lower_pct}
+        if lower_pct >= threshold_pct:
+            return self._decide("skip", f"memoryEvictLowerPercent {lower_pct} must be below "
+                                        f"memoryEvictThresholdPercent {threshold_pct}", numbers)
+        pods = list(self.options.informer.pods())
+        kubepods = self.options.config.memory_evict_base == KUBEPODS_BASE
+        # Below the threshold (most rounds) the node base needs no per-pod lookup.
+        usage = helpers.memory_usage(self.options, pods if kubepods else [])
+        base = self._kubepods_base(pods, usage) if kubepods else self._node_base(usage)
+        if isinstance(base, str):
+            return self._decide("skip", base, numbers)
+        usage_pct = calc.usage_percent(base.used, base.capacity)
+        numbers.update(base=base.name, source=base.source, capacity_bytes=base.capacity, used_bytes=base.used,
+                       usage_percent=usage_pct)
+        what = f"{base.name} memory {usage_pct}%"
+        if usage_pct < threshold_pct:
+            return self._decide("none", f"{what} < {threshold_pct}%: nothing to evict", numbers)
+        if not kubepods:
+            usage = helpers.memory_usage(self.options, pods)
+        needed = calc.release_bytes(base.capacity, usage_pct, lower_pct)
+        numbers["need_release_bytes"] = needed
+
+        def candidate(meta: PodMeta, priority: int) -> Candidate:
+            return Candidate(meta, priority, {USED: usage.pods.get(meta.uid, 0.0)})
+
+        message = (f"{what} >= threshold {threshold_pct}%: releasing {fmt_bytes(needed)} to get back to "
+                   f"{lower_pct}%")
+        tasks, notes = self._tasks(threshold, pods, usage.pods, needed, message, candidate)
+        pending = [candidate(m, m.pod.priority or 0) for m in evictpick.pending_pods(self.options, pods)]
+        outcome = evictpick.evict(self.options, tasks, pending)
+        if outcome.evicted:
+            self.last_eviction = now
+        return self._report(what, threshold_pct, needed, outcome, tasks, notes, numbers)
+
+    # ---------------------------------------------------------------------------------------- inputs
+
+    def _node_base(self, usage: helpers.PodUsage) -> Base | str:
+        """MemTotal and the node's usage, or why they are unavailable."""
+        capacity = self.options.informer.node().memory_total_bytes
+        if capacity <= 0:
+            return f"node memory capacity {capacity} is not positive"
+        if usage.node is None:
+            return "no fresh node memory sample (is the NodeResource collector running?)"
+        return Base(NODE_BASE, capacity, usage.node, "MemTotal")
+
+    def _kubepods_base(self, pods: Sequence[PodMeta], usage: helpers.PodUsage) -> Base | str:
+        """The kubepods cgroup's limit and its pods' summed usage, or why they are unavailable."""
+        root = under_parent(self.options.kube_parent, kubepods_dir(self.options.driver))
+        reader = self.options.reader
+        try:
+            path = reader.path("memory_limit", root)
+            limit = int(reader.read("memory_limit", root))
+        except (KoordletError, OSError, ValueError) as exc:
+            return f"cannot read the kubepods memory limit in {root}: {exc}"
+        if limit <= 0:
+            return (f"kubepods memory limit in {path} is {'unlimited' if limit == -1 else limit}: nothing to "
+                    f"compare with (use memory_evict_base=node)")
+        inside = [m for m in pods if m.cgroup_dir == root or m.cgroup_dir.startswith(root + "/")]
+        sampled = [usage.pods[m.uid] for m in inside if m.uid in usage.pods]
+        if inside and not sampled:
+            return f"no fresh memory sample of any of the {len(inside)} pod(s) under {root}"
+        return Base(KUBEPODS_BASE, limit, float(sum(sampled)), path)
+
+    def _tasks(self, threshold: ResourceThresholdStrategy, pods: Sequence[PodMeta], used: Mapping[str, float],
+               needed: int, message: str, candidate: MakeCandidate) -> tuple[list[Task], list[str]]:
+        gates = self.options.gates
+        tasks: list[Task] = []
+        notes: list[str] = []
+        if gates.get(BE_GATE, False):
+            be = []
+            for meta in pods:
+                if not (helpers.is_be(meta) and evictpick.active(meta)):
+                    continue
+                refusal = evictpick.policy_refusal(meta.pod, BE_GATE)
+                if refusal:
+                    notes.append(f"{meta.pod.key}: {refusal}")
+                    continue
+                be.append(candidate(meta, meta.pod.priority or 0))
+            # Koordinator: priority, then usage (pods without a sample last), then name.
+            be.sort(key=lambda c: (c.priority, -c.amounts[USED], c.key))
+            tasks.append(Task(BE_GATE, REASON, USED, needed, be, message))
+        if gates.get(USAGE_GATE, False):
+            limit = threshold.evict_enabled_priority_threshold
+            if limit is None:
+                notes.append(f"{USAGE_GATE} skipped: evictEnabledPriorityThreshold is not set")
+            else:
+                tasks.append(Task(USAGE_GATE, REASON, USED, needed,
+                                  self._usage_candidates(pods, used, limit, candidate, notes), message))
+        return tasks, notes
+
+    @staticmethod
+    def _usage_candidates(pods: Sequence[PodMeta], used: Mapping[str, float], limit: int,
+                          candidate: MakeCandidate, notes: list[str]) -> list[Candidate]:
+        """MemoryEvict's victims: eviction-enabled pods up to the priority threshold with a usage sample."""
+        chosen: list[tuple[tuple[int, int, int, float, str], Candidate]] = []
+        for meta in pods:
+            pod = meta.pod
+            priority = evictpick.priority_with_default(pod)
+            if (not evictpick.active(meta) or priority > limit or not evictpick.eviction_enabled(pod)
+                    or meta.uid not in used):
+                continue
+            refusal = evictpick.policy_refusal(pod, USAGE_GATE)
+            if refusal:
+                notes.append(f"{pod.key}: {refusal}")
+                continue
+            c = candidate(meta, priority)
+            chosen.append(((evictpick.eviction_priority(pod), priority, evictpick.label_priority(pod, priority),
+                            -c.amounts[USED], c.key), c))
+        chosen.sort(key=lambda item: item[0])
+        return [c for _, c in chosen]
+
+    # ---------------------------------------------------------------------------------------- output
+
+    def _report(self, what: str, threshold_pct: int, needed: int, outcome: evictpick.Outcome, tasks: list[Task],
+                notes: list[str], numbers: dict[str, Any]) -> Decision:
+        pending_bytes = sum(c.amounts[USED] for c in outcome.pending)
+        released = outcome.released.get(USED, 0.0)
+        numbers.update(
+            pending_pods=evictpick.keys(outcome.pending), pending_released_bytes=pending_bytes,
+            released_bytes=released, candidates=sum(len(t.candidates) for t in tasks),
+            triggers=[t.feature for t in tasks],
+            evicted=[{"pod": c.key, "usage_bytes": c.amounts[USED], "priority": c.priority, "trigger": t.feature}
+                     for t, c in outcome.evicted],
+            failed=[c.key for _, c in outcome.failed], ignored=notes)
+        head = f"{what} >= {threshold_pct}%"
+        pending = f"{len(outcome.pending)} pending"
+        failed = (f"; eviction failed for {', '.join(c.key for _, c in outcome.failed)}" if outcome.failed
+                  else "")
+        short = max(needed - released, 0.0)
+        if outcome.evicted:
+            victims = ", ".join(f"{c.key} ({fmt_bytes(c.amounts[USED])}, priority {c.priority})"
+                                for _, c in outcome.evicted)
+            lack = f"; still {fmt_bytes(short)} short" if short > 0 else ""
+            summary = f"{head}: evicted {victims} to release {fmt_bytes(needed)}; {pending}{lack}{failed}"
+            return self._decide("evict", summary, numbers)
+        if short <= 0:
+            summary = (f"{head}: the {fmt_bytes(needed)} to release is covered by {pending} eviction(s) "
+                       f"({', '.join(evictpick.keys(outcome.pending))}: {fmt_bytes(pending_bytes)})")
+            return self._decide("none", summary, numbers)
+        if outcome.failed:
+            return self._decide("failed", f"{head}: {fmt_bytes(short)} to release, no eviction launched{failed}; "
+                                          f"{pending}", numbers)
+        if not tasks:
+            return self._decide("skip", f"{head}: no trigger can run ({'; '.join(notes)})", numbers)
+        return self._decide("none", f"{head}: {fmt_bytes(short)} to release but no pod left to evict "
+                                    f"({'/'.join(t.feature for t in tasks)}); {pending}", numbers)
+
+    def _decide(self, action: str, summary: str, numbers: dict[str, Any]) -> Decision:
+        if action in ("evict", "failed"):
+            log.warning("memoryevict: %s", summary)
+        elif action == "skip":
+            log.info("memoryevict skipped", extra={"reason": summary})
+        return Decision(NAME, self.options.clock(), action, summary, numbers)

@@ -1,0 +1,76 @@
+"""The assembled agent enforces the NodeSLO of its local file on real cgroups, keeps the last good one
+when the file turns invalid, and recovers BE when suppression is switched off."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import generate_latest
+
+from koordlet.cli.agent import build_agent
+from koordlet.config import load
+from koordlet.system.hostpaths import HostPaths
+from koordlet.system.node import read_node_info
+from tests.fixtures.realcgroup import RealCgroups
+
+BUSY = "while True: pass"
+SLEEP = "import signal; signal.pause()"
+
+
+def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+def test_local_nodeslo_drives_suppress_and_bad_file_keeps_last_good(real_cgroups: RealCgroups,
+                                                                     tmp_path: Path) -> None:
+    prefix = real_cgroups.name
+    ls_dir = f"kubepods/burstable/pod{secrets.token_hex(4)}-0000-4000-8000-000000000001/{secrets.token_hex(32)}"
+    be_dir = f"kubepods/besteffort/pod{secrets.token_hex(4)}-0000-4000-8000-000000000002/{secrets.token_hex(32)}"
+    for rel in (ls_dir, be_dir):
+        real_cgroups.mkdir(rel)
+    real_cgroups.spawn(ls_dir, BUSY)
+    real_cgroups.spawn(be_dir, SLEEP)
+    quota_file = real_cgroups.path("cpu", "kubepods/besteffort") / "cpu.cfs_quota_us"
+
+    nodeslo = tmp_path / "nodeslo.yaml"
+    nodeslo.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE:\n"
+                       "    {enable: true, cpuSuppressThresholdPercent: 65, cpuSuppressPolicy: cfsQuota}\n")
+    config_file = tmp_path / "koordlet.yaml"
+    config_file.write_text(
+        f"standalone: true\nstateDir: {tmp_path / 'state'}\nserver: {{addr: '127.0.0.1:0'}}\n"
+        f"host: {{cgroupKubeParent: {prefix}}}\nqos: {{nodesloFile: {nodeslo}, evictor: dry-run}}\n")
+    agent: Any = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
+    for component in agent.components:
+        component.start(lambda exc: None)
+    try:
+        # Two cores x 65% minus an LS busy loop leaves BE well under one core: a quota is written.
+        wait_for(lambda: 0 < int(quota_file.read_text()) <= 60_000, 15, f"a BE quota in {quota_file}")
+        suppressed = int(quota_file.read_text())
+        scrape = generate_latest(agent.metrics.internal).decode()
+        assert 'koordlet_be_suppress_cpu_cores{node=' in scrape and 'type="cfsQuota"' in scrape
+
+        nodeslo.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE:\n"
+                           "    {enable: false, cpuSuppressThresholdPercent: 165}\n")
+        wait_for(lambda: agent.qos.holder.current().rejected is not None, 5, "the invalid NodeSLO to be rejected")
+        state = agent.qos.holder.current()
+        assert "spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent" in (state.rejected or "")
+        assert state.spec.resource_used_threshold_with_be.enable is True
+        time.sleep(2.5)
+        assert 0 < int(quota_file.read_text()) <= max(suppressed * 2, 60_000)
+
+        nodeslo.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE: {enable: false}\n")
+        wait_for(lambda: int(quota_file.read_text()) == -1, 10, "BE's quota to be recovered to -1")
+        decision = agent.qos.options.decisions.last("cpusuppress")
+        assert decision is not None
+    finally:
+        for component in reversed(agent.components):
+            component.stop(10)
