@@ -35,12 +35,14 @@ class QoSClass(enum.Enum):
 _FALLBACK = {KubeQoS.GUARANTEED: QoSClass.LSR, KubeQoS.BURSTABLE: QoSClass.LS, KubeQoS.BESTEFFORT: QoSClass.BE}
 
 
+_QOS_BY_LABEL = {c.value: c for c in QoSClass}
+"""A dict, not ``QoSClass(value)``: strategies ask every pod's class every round, and the enum
+constructor costs ten times a lookup."""
+
+
 def qos_from_label(value: str | None) -> QoSClass:
     """The class a ``koordinator.sh/qosClass`` label names; NONE for a missing or unknown value."""
-    try:
-        return QoSClass(value or "")
-    except ValueError:
-        return QoSClass.NONE
+    return _QOS_BY_LABEL.get(value or "", QoSClass.NONE)
 
 
 def pod_qos(labels: Mapping[str, str], kube_qos: KubeQoS | None) -> QoSClass:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,6 +25,12 @@ def labels_of(mapping: Mapping[str, str] | None = None, **kwargs: str) -> Labels
     """The canonical (sorted) label tuple of a series."""
     merged = dict(mapping or {}, **kwargs)
     return tuple(sorted(merged.items()))
+
+
+@functools.lru_cache(maxsize=16384)
+def pod_labels(uid: str) -> Labels:
+    """``labels_of(pod=uid)``, built once per pod: strategies look up every pod's series every round."""
+    return (("pod", uid),)
 
 
 def series_key(name: str, labels: Labels) -> str:
@@ -162,6 +170,13 @@ class MetricCache:
             keep = bisect_left(disk_t, first)
             disk_t, disk_v = disk_t[:keep], disk_v[:keep]
         return disk_t + mem_t, disk_v + mem_v
+
+    def mean(self, name: str, labels: Labels, seconds: float) -> float | None:
+        """The average of the last ``seconds``; None without samples.  :meth:`aggregate` without the
+        percentiles, for callers asking hundreds of series a round."""
+        end = self._clock()
+        values = self.window(name, labels, end - seconds, end)[1]
+        return math.fsum(values) / len(values) if values else None
 
     def aggregate(self, name: str, labels: Labels, seconds: float, end: float | None = None) -> Aggregate | None:
         """Statistics of the last ``seconds`` (up to ``end``, default now); None without samples."""

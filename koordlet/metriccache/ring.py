@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 
 
 class Ring:
@@ -57,23 +58,31 @@ class Ring:
         return self._t[self._start] if self._len else None
 
     def window(self, start: float, end: float) -> tuple[list[float], list[float]]:
-        """Samples with start <= t <= end, oldest first."""
-        times, values = self._ordered()
-        lo = bisect_left(times, start)
-        hi = bisect_right(times, end)
-        return times[lo:hi], values[lo:hi]
+        """Samples with start <= t <= end, oldest first.  Searches the buffers in place (C bisect) and
+        copies only the window: strategies ask for a few seconds of hundreds of series every round."""
+        return self._slice(self._search(start, bisect_left), self._search(end, bisect_right))
+
+    def _search(self, x: float, find: Callable[..., int]) -> int:
+        """``find`` (bisect_left or bisect_right) over the logical order: the buffer holds at most two
+        sorted runs, [start, cap) and then [0, start + len - cap)."""
+        times, cap, s, n = self._t, len(self._t), self._start, self._len
+        if s + n <= cap:
+            return int(find(times, x, s, s + n)) - s
+        i = int(find(times, x, s, cap))
+        if i < cap:
+            return i - s
+        return cap - s + int(find(times, x, 0, s + n - cap))
+
+    def _slice(self, lo: int, hi: int) -> tuple[list[float], list[float]]:
+        if lo >= hi:
+            return [], []
+        cap = len(self._t)
+        a, b = (self._start + lo) % cap, (self._start + hi) % cap or cap
+        if a < b:
+            return self._t[a:b].tolist(), self._v[a:b].tolist()
+        return self._t[a:].tolist() + self._t[:b].tolist(), self._v[a:].tolist() + self._v[:b].tolist()
 
     def tail(self, n: int) -> tuple[list[float], list[float]]:
         """The newest ``n`` samples, oldest first."""
-        times, values = self._ordered()
-        n = min(n, len(times))
-        return (times[len(times) - n:], values[len(values) - n:]) if n else ([], [])
-
-    def _ordered(self) -> tuple[list[float], list[float]]:
-        cap, s, n = len(self._t), self._start, self._len
-        if s + n <= cap:
-            return self._t[s:s + n].tolist(), self._v[s:s + n].tolist()
-        first = cap - s
-        return (self._t[s:].tolist() + self._t[: n - first].tolist(),
-                self._v[s:].tolist() + self._v[: n - first].tolist())
-
+        n = min(max(n, 0), self._len)
+        return self._slice(self._len - n, self._len)

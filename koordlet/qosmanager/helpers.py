@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from koordlet.apis.extension import QoSClass
 from koordlet.metriccache import names
-from koordlet.metriccache.cache import labels_of
+from koordlet.metriccache.cache import pod_labels
 from koordlet.qosmanager.framework import Options
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.kubepaths import KubeQoS, qos_dir, under_parent
@@ -63,7 +63,7 @@ def _usage(options: Options, pods: Sequence[PodMeta], node_name: str, pod_name: 
     node = cache.latest(node_name, (), age)
     per_pod: dict[str, float] = {}
     for pod in pods:
-        sample = cache.latest(pod_name, labels_of(pod=pod.uid), age)
+        sample = cache.latest(pod_name, pod_labels(pod.uid), age)
         if sample is not None:
             per_pod[pod.uid] = sample[1]
     return PodUsage(node[1] if node is not None else None, per_pod)

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from koordlet.errors import ConfigError, KoordletError, Unsupported, from_errno
 from koordlet.metrics.executor import ResourceExecutorMetrics
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_FORCE_UPDATE_SECONDS = 60.0
 DEFAULT_UNSUPPORTED_RETRY_SECONDS = 600.0
+_PREPARED_MEMO_SIZE = 20_000
 
 _GONE = frozenset({errno.ENODEV, errno.ESRCH})
 _UNSUPPORTED_ANY_VALUE = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.ENOTTY})
@@ -55,11 +57,11 @@ _CPUSET_HINTS = {
 }
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    """An update that passed validation: where it goes and the text to write."""
+class _Prepared(NamedTuple):
+    """An update that passed validation: where it goes and the text to write.  A tuple, not a
+    dataclass: one is built per update per round, and the memo copies it with a new index."""
 
-    index: int
+    position: int
     update: CgroupUpdate
     descriptor: CgroupFile
     version: int
@@ -123,6 +125,8 @@ class ResourceExecutor:
         self._cache: dict[str, _Written] = {}
         self._refused: dict[str, _Refused] = {}
         self._logged: dict[str, str] = {}
+        self._prepared: dict[tuple[str, str, type, object], _Prepared] = {}
+        """(resource, rel_dir, value type, value) -> the update resolved and validated once."""
         """path (or resource key for unresolved updates) -> the last error logged for it."""
         self._next_prune = clock() + force_update_seconds
 
@@ -138,32 +142,54 @@ class ResourceExecutor:
             now = self._clock()
             self._prune(now)
             results: list[Result | None] = [None] * len(batch)
-            ready: list[_Prepared] = []
+            leveled: list[_Prepared] = []
+            pending: list[_Prepared] = []
+            """To be written: neither refused earlier nor written unchanged within the window."""
             for index, update in enumerate(batch):
                 prepared = self._prepare(index, update)
                 if isinstance(prepared, Result):
                     results[index] = prepared
-                else:
-                    ready.append(prepared)
-            leveled = [p for p in ready if p.key in MERGE]
-            widened: set[int] = set()
-            for p in top_down_parents(leveled):
-                merged = self._write_merged(p, now)
-                if merged is None:
                     continue
-                if merged.outcome is Outcome.WRITTEN:
-                    widened.add(p.index)
+                if prepared.key in MERGE:
+                    leveled.append(prepared)
+                skipped = self._skip_reason(prepared, prepared.text, now)
+                if skipped is None:
+                    pending.append(prepared)
                 else:
-                    results[p.index] = merged
-            for p in [q for q in ready if q.key not in MERGE] + bottom_up(leveled):
-                if results[p.index] is not None:
-                    continue
-                result = self._write(p, p.text, p.update.owner, now)
-                if result.outcome is Outcome.SKIPPED_UNCHANGED and p.index in widened:
-                    # Pass 1 already wrote the final value (a pure grow).
-                    result = replace(result, outcome=Outcome.WRITTEN)
-                results[p.index] = result
+                    results[index] = skipped
+            if pending:
+                self._write_pending(pending, leveled, results, now)
         return [r for r in results if r is not None]
+
+    def _write_pending(
+        self, pending: list[_Prepared], leveled: list[_Prepared], results: list[Result | None], now: float
+    ) -> None:
+        widened: set[int] = set()
+        reopened = False
+        for p in top_down_parents(leveled, [q for q in pending if q.key in MERGE]):
+            merged = self._write_merged(p, now)
+            if merged is None:
+                continue
+            if merged.outcome is not Outcome.WRITTEN:
+                results[p.position] = merged
+                continue
+            widened.add(p.position)
+            if results[p.position] is not None:
+                # Skipped as unchanged, but the file had drifted and the merge changed it: its final
+                # value is due again.
+                results[p.position] = None
+                pending.append(p)
+                reopened = True
+        if reopened:
+            pending.sort(key=lambda q: q.position)
+        for p in [q for q in pending if q.key not in MERGE] + bottom_up([q for q in pending if q.key in MERGE]):
+            if results[p.position] is not None:
+                continue
+            result = self._write(p, p.text, p.update.owner, now)
+            if result.outcome is Outcome.SKIPPED_UNCHANGED and p.position in widened:
+                # Pass 1 already wrote the final value (a pure grow).
+                result = replace(result, outcome=Outcome.WRITTEN)
+            results[p.position] = result
 
     def forget(self, path: str | None = None) -> None:
         """Drops what the executor remembers (last written values, refused values) for ``path`` and the
@@ -182,6 +208,17 @@ class ResourceExecutor:
     # ------------------------------------------------------------------------------------------ phases
 
     def _prepare(self, index: int, update: CgroupUpdate) -> _Prepared | Result:
+        # Strategies send the same (resource, directory, value) round after round; resolving and
+        # validating it once keeps a steady round over 1,000 containers cheap.
+        try:
+            # The type is part of the key: 1, 1.0 and True are equal but do not validate alike.
+            memo_key: tuple[str, str, type, object] | None = (
+                update.resource, update.rel_dir, type(update.value), update.value)
+            done = self._prepared.get(memo_key) if memo_key is not None else None
+        except TypeError:  # an unhashable value: prepare it every time
+            memo_key, done = None, None
+        if done is not None:
+            return _Prepared(index, update, *done[2:])
         descriptor = REGISTRY[update.resource]
         try:
             rel_dir = clean_rel_dir(update.rel_dir)
@@ -197,7 +234,12 @@ class ResourceExecutor:
             canonical = descriptor.validate(update.value)
         except (ValueError, KoordletError) as exc:
             return self._unwritable(update, Outcome.INVALID, path, None, f"{path}: {exc}", path)
-        return _Prepared(index, update, descriptor, version, rel_dir, path, text, canonical)
+        prepared = _Prepared(index, update, descriptor, version, rel_dir, path, text, canonical)
+        if memo_key is not None:
+            if len(self._prepared) >= _PREPARED_MEMO_SIZE:
+                self._prepared.clear()
+            self._prepared[memo_key] = prepared
+        return prepared
 
     def _write_merged(self, p: _Prepared, now: float) -> Result | None:
         """Pass 1 of a leveled write; None when the current value already covers the desired one."""
@@ -221,13 +263,9 @@ class ResourceExecutor:
     def _write(
         self, p: _Prepared, text: str, owner: str, now: float, old: str | None = None, use_cache: bool = True
     ) -> Result:
-        refused = self._refused.get(p.path)
-        if refused is not None and now < refused.until and refused.text in (None, text):
-            error = f"{refused.reason}; not retried for {refused.until - now:.0f} s unless the value changes"
-            return Result(p.update, Outcome.UNSUPPORTED, p.path, text, error)
-        cached = self._cache.get(p.path)
-        if use_cache and cached is not None and cached.text == text and now - cached.at < self._force_update_seconds:
-            return Result(p.update, Outcome.SKIPPED_UNCHANGED, p.path, text)
+        skip = self._skip_reason(p, text, now, use_cache)
+        if skip is not None:
+            return skip
         if old is None:
             old = self._read_quietly(p.path)
         # Real elapsed time for the metric, whatever clock decides expiry.
@@ -250,6 +288,18 @@ class ResourceExecutor:
             entry = AuditEntry(p.path, p.key, old, text, owner, result.outcome.value, result.error)
             self._audit.record(entry)
         return result
+
+    def _skip_reason(self, p: _Prepared, text: str, now: float, use_cache: bool = True) -> Result | None:
+        """The result of not writing ``text`` now (refused earlier, or written within the force-update
+        window), or None when it has to be written."""
+        refused = self._refused.get(p.path)
+        if refused is not None and now < refused.until and refused.text in (None, text):
+            error = f"{refused.reason}; not retried for {refused.until - now:.0f} s unless the value changes"
+            return Result(p.update, Outcome.UNSUPPORTED, p.path, text, error)
+        cached = self._cache.get(p.path)
+        if use_cache and cached is not None and cached.text == text and now - cached.at < self._force_update_seconds:
+            return Result(p.update, Outcome.SKIPPED_UNCHANGED, p.path, text)
+        return None
 
     def _failed(self, p: _Prepared, text: str, code: int, now: float) -> Result:
         self._cache.pop(p.path, None)  # the file's content is unknown now

@@ -67,13 +67,24 @@ def depth(rel_dir: str) -> int:
     return len(rel_dir.split("/")) if rel_dir else 0
 
 
-def _is_ancestor(parent: str, child: str) -> bool:
-    return parent != child and (parent == "" or child.startswith(parent + "/"))
+def _ancestors(rel_dir: str) -> list[str]:
+    """Every proper ancestor of ``rel_dir``, the hierarchy root ``""`` included."""
+    if not rel_dir:
+        return []
+    parts = rel_dir.split("/")
+    return ["/".join(parts[:i]) for i in range(len(parts))]
 
 
-def top_down_parents(items: Sequence[T]) -> list[T]:
-    """The items with a descendant of the same resource in ``items``, shallowest first (pass 1)."""
-    parents = [a for a in items if any(a.key == b.key and _is_ancestor(a.rel_dir, b.rel_dir) for b in items)]
+def top_down_parents(items: Sequence[T], changing: Sequence[T] | None = None) -> list[T]:
+    """The items with a descendant of the same resource in ``changing`` (default: ``items``),
+    shallowest first (pass 1).  A parent needs widening only for a child that is really going to be
+    written, so a batch the executor skips as unchanged costs no reads.
+
+    Linear in the batch (times the depth): a batch of thousands of container ``cpuset.cpus`` writes
+    must not compare every pair."""
+    below = items if changing is None else changing
+    has_descendant = {(b.key, ancestor) for b in below for ancestor in _ancestors(b.rel_dir)}
+    parents = [a for a in items if (a.key, a.rel_dir) in has_descendant]
     return sorted(parents, key=lambda item: depth(item.rel_dir))
 
 

@@ -4,7 +4,7 @@ directories, and the node."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from koordlet.apis.extension import PriorityClass, QoSClass
@@ -32,14 +32,15 @@ class PodMeta:
     containers: tuple[ContainerMeta, ...]
     source: str = "kubelet"
     """kubelet, kubepods (found on the host) or config (a standalone workload)."""
+    qos: QoSClass = field(init=False, compare=False)
+    """The pod's class, worked out once: every strategy asks it of every pod every round."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "qos", self.pod.qos)
 
     @property
     def uid(self) -> str:
         return self.pod.uid
-
-    @property
-    def qos(self) -> QoSClass:
-        return self.pod.qos
 
     @property
     def priority_class(self) -> PriorityClass:

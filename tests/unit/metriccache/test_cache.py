@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import random
 import sqlite3
 from pathlib import Path
 
@@ -155,3 +157,22 @@ def test_damaged_chunk_is_skipped(tmp_path: Path) -> None:
     cache.append("pod_cpu", labels, clock.now, 2.0)
     cache.flush()
     assert cache.disk.read('pod_cpu{pod="a"}', 0, clock.now)[1] == [2.0]
+
+
+def test_ring_window_and_tail_match_a_plain_list_across_wraparounds() -> None:
+    """The ring searches its buffers in place; compare against bisect over the samples it keeps."""
+    rng = random.Random(7)
+    for _ in range(2000):
+        capacity = rng.randint(1, 9)
+        ring, kept, t = Ring(capacity), [], 0.0
+        for _ in range(rng.randint(0, 20)):
+            t += rng.choice([0.5, 1.0, 2.0])
+            ring.append(t, t * 10)
+            kept = [*kept, t][-capacity:]
+        start = rng.uniform(-1, t + 2)
+        end = rng.uniform(start - 1, t + 2)
+        inside = kept[bisect.bisect_left(kept, start):bisect.bisect_right(kept, end)]
+        assert ring.window(start, end) == (inside, [x * 10 for x in inside])
+        n = rng.randint(0, 12)
+        newest = kept[len(kept) - min(n, len(kept)):] if n else []
+        assert ring.tail(n) == (newest, [x * 10 for x in newest])

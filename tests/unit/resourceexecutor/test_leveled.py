@@ -108,17 +108,24 @@ def test_unchanged_leveled_batch_is_skipped(fake_cgroup_host: FakeHost) -> None:
     assert len(writer.writes) == count
 
 
-def test_merged_write_ignores_the_cache(fake_cgroup_host: FakeHost) -> None:
+def test_unchanged_batch_reads_nothing_until_the_forced_rewrite(fake_cgroup_host: FakeHost) -> None:
     paths = setup_cpusets(fake_cgroup_host, {QOS: "0", POD: "0"})
-    executor, writer = make(fake_cgroup_host, [])
+    clock = FakeClock()
+    writer = RecordingWriter(watch=[])
+    executor = ResourceExecutor(fake_cgroup_host.layout(), clock, MemoryAudit(), writer=writer)
     batch = [CgroupUpdate("cpuset_cpus", QOS, "0-3", "t"), CgroupUpdate("cpuset_cpus", POD, "1", "t")]
     executor.apply(batch)
-    # Someone narrows the parent behind the executor's back; the cached "0-3" must not hide it from
-    # the merge, which reads the file.
+    # Someone narrows the parent behind the executor's back.  Within the force-update window the
+    # batch is unchanged: no merge read, no write (the per-round cost of 1,000 cpusets stays flat).
     fake_cgroup_host.write_cgroup(QOS, r.CPUSET_CPUS, "1")
+    writes = len(writer.writes)
+    assert [res.outcome for res in executor.apply(batch)] == [Outcome.SKIPPED_UNCHANGED] * 2
+    assert len(writer.writes) == writes
+    # The forced rewrite repairs it, parent first, and the merge reads the file, not the cache.
+    clock.advance(61)
     results = executor.apply(batch)
-    assert [res.outcome for res in results] == [Outcome.WRITTEN, Outcome.SKIPPED_UNCHANGED]
-    assert writer.writes[-1] == (paths[QOS], "0-3")
+    assert [res.outcome for res in results] == [Outcome.WRITTEN, Outcome.WRITTEN]
+    assert writer.writes[writes] == (paths[QOS], "0-3")
     assert fake_cgroup_host.read_cgroup(QOS, r.CPUSET_CPUS) == "0-3"
 
 

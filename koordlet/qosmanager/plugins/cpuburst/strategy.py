@@ -26,7 +26,7 @@ from koordlet.apis.extension import LABEL_QOS, QoSClass, qos_from_label
 from koordlet.apis.nodeslo import CPUBurstStrategy, NodeSLOSpec, default_cpu_burst_strategy
 from koordlet.errors import CgroupGone, KoordletError
 from koordlet.metriccache import names
-from koordlet.metriccache.cache import labels_of
+from koordlet.metriccache.cache import pod_labels
 from koordlet.qosmanager import helpers
 from koordlet.qosmanager.framework import Decision, Options
 from koordlet.qosmanager.plugins.cpuburst import calc
@@ -80,6 +80,8 @@ class CPUBurst:
         self._configs = PodConfigs()
         self._known = Known(options.config.resource_force_update_seconds)
         self._prepared: dict[str, Prepared] = {}
+        self._share_static: dict[str, tuple[PodMeta, bool, bool, float]] = {}
+        """uid -> (the pod object, outside the share pool (LSE, LSR, BE), LSE/LSR, CPU request in cores)."""
         self._buckets: dict[str, TokenBucket] = {}
         self._reported: dict[str, tuple[str, str, int]] = {}
         """Container id -> (namespace, pod, quota) reported as scaled to the metrics sink."""
@@ -133,13 +135,17 @@ class CPUBurst:
         node_used = cache.aggregate(names.NODE_CPU_USAGE, (), window)
         shares = []
         for meta in self.options.informer.pods():
-            qos = qos_from_label(meta.pod.labels.get(LABEL_QOS))
-            if qos not in _NOT_BURSTABLE:
-                continue
-            used = cache.aggregate(names.POD_CPU_USAGE, labels_of(pod=meta.uid), window)
-            request = sum(c.requests.cpu_milli or 0 for c in meta.pod.containers) / 1000
-            shares.append(calc.PodShare(qos in (QoSClass.LSE, QoSClass.LSR), True, request,
-                                        used.avg if used is not None else None))
+            static = self._share_static.get(meta.uid)
+            if static is None or static[0] is not meta:
+                # Class and request change only with the pod object: worked out once per object.
+                qos = qos_from_label(meta.pod.labels.get(LABEL_QOS))
+                request = sum(c.requests.cpu_milli or 0 for c in meta.pod.containers) / 1000
+                static = self._share_static[meta.uid] = (meta, qos in _NOT_BURSTABLE,
+                                                         qos in (QoSClass.LSE, QoSClass.LSR), request)
+            _, outside, exclusive, request = static
+            if outside:
+                used = cache.mean(names.POD_CPU_USAGE, pod_labels(meta.uid), window)
+                shares.append(calc.PodShare(exclusive, True, request, used))
         threshold = node.share_pool_threshold_percent
         return calc.share_pool(self.options.informer.node().cpu_count, node_used.avg if node_used else None, shares,
                                threshold if threshold is not None else calc.DEFAULT_SHARE_POOL_THRESHOLD_PERCENT)
@@ -369,6 +375,9 @@ class CPUBurst:
             del self._pod_slack[uid]
         for uid in [k for k in self._prepared if k not in uids]:
             del self._prepared[uid]
+        every = {m.uid for m in self.options.informer.pods()}
+        for uid in [k for k in self._share_static if k not in every]:
+            del self._share_static[uid]
         self._known.keep_only({m.cgroup_dir for m in pods} | {c.cgroup_dir for m in pods for c in m.containers})
 
     # ------------------------------------------------------------------------------------------ restore

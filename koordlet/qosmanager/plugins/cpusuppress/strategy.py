@@ -50,6 +50,9 @@ class CPUSuppress:
         self._quota_recovered = False
         """Koordinator's ``suppressPolicyStatuses[cfsQuota] == recovered``: -1 is written once, not every
         round, so kubelet or an operator may set the besteffort quota while the cpuset policy runs."""
+        self._be_tree: tuple[object, float, tuple[str, ...]] | None = None
+        """(what the walk depended on, when, the directories) of the last walk of the besteffort tree."""
+        self._last_batch: tuple[tuple[str, ...], tuple[str, str], tuple[CgroupUpdate, ...]] | None = None
 
     def enabled(self, slo: NodeSLOSpec) -> bool:
         threshold = slo.resource_used_threshold_with_be
@@ -107,7 +110,7 @@ class CPUSuppress:
                        min_cpus=self.options.config.be_min_cpuset_cpus, growth_limit=calc.growth_limit(node_cpus))
         if not cpus:
             return self._decide("skip", f"no CPUs could be chosen for BE ({count.cpus} wanted)", numbers)
-        updates = cpuset_updates(self.be_dirs(be_dir), text, f"{NAME}: BE limited to {_cpus(len(cpus))}")
+        updates = self._cpuset_batch(be_dir, text, f"{NAME}: BE limited to {_cpus(len(cpus))}")
         quota_index = len(updates) if not self._quota_recovered else -1
         if not self._quota_recovered:
             updates.append(CgroupUpdate("cpu_cfs_quota", be_dir, calc.UNSET_QUOTA,
@@ -138,8 +141,8 @@ class CPUSuppress:
                                         f"{NAME}: BE quota {plan.quota / calc.CFS_PERIOD_US:.2f} cores"))
         # Koordinator recovers the cpuset every round of the quota policy (recoverCPUSetIfNeed); the
         # executor skips unchanged values, and BE pods created since the last round get widened too.
-        updates += cpuset_updates(self.be_dirs(be_dir), format_cpulist(pools.allowed),
-                                  f"{NAME}: recover BE cpuset (cfsQuota policy in use)")
+        allowed = format_cpulist(pools.allowed)
+        updates += self._cpuset_batch(be_dir, allowed, f"{NAME}: recover BE cpuset (cfsQuota policy in use)")
         results = self.options.executor.apply(updates)
         self._quota_recovered = False
         if plan.skip:
@@ -158,8 +161,8 @@ class CPUSuppress:
         allowed = format_cpulist(pools.allowed)
         numbers: dict[str, Any] = {"recovered_cpuset": allowed, "excluded_cpus": format_cpulist(pools.excluded)}
         # With every CPU exclusive there is nothing to give back (and an empty cpuset is refused).
-        updates = cpuset_updates(self.be_dirs(be_dir) if allowed else [], allowed,
-                                 f"{NAME}: recover BE cpuset (suppress disabled)")
+        owner = f"{NAME}: recover BE cpuset (suppress disabled)"
+        updates = self._cpuset_batch(be_dir, allowed, owner) if allowed else []
         if not self._quota_recovered:
             updates.append(CgroupUpdate("cpu_cfs_quota", be_dir, calc.UNSET_QUOTA,
                                         f"{NAME}: recover BE quota (suppress disabled)"))
@@ -171,22 +174,47 @@ class CPUSuppress:
 
     # ------------------------------------------------------------------------------------------ helpers
 
-    def be_dirs(self, be_dir: str) -> list[str]:
+    def be_dirs(self, be_dir: str, cpus: str) -> tuple[str, ...]:
         """The besteffort directory, its pod directories and their container directories as found in the
         cpuset hierarchy (Koordinator ``GetBECPUSetPathsByMaxDepth``): the tree, not the pod list, so
         sandbox containers and pods the informer has not seen yet are narrowed too, without which the
-        kernel refuses to shrink their parents (EBUSY).  Empty when the besteffort cgroup is gone."""
+        kernel refuses to shrink their parents (EBUSY).  Empty when the besteffort cgroup is gone.
+
+        The walk costs a directory listing per BE pod, most of a round over 1,000 containers, so the
+        last one is reused while the cpuset to write, the BE pods and containers the informer knows
+        and the besteffort directory stay the same, for at most the executor's forced-rewrite period."""
+        key = (be_dir, cpus, frozenset(
+            d for pod in self.options.informer.pods() if pod.cgroup_dir.startswith(be_dir + "/")
+            for d in (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers))))
+        now = self.options.clock()
+        last = self._be_tree
+        if last is not None and last[0] == key and now - last[1] < self.options.config.resource_force_update_seconds:
+            return last[2]
+        dirs = self._walk_be_tree(be_dir)
+        self._be_tree = (key, now, dirs) if dirs else None
+        return dirs
+
+    def _cpuset_batch(self, be_dir: str, cpus: str, owner: str) -> list[CgroupUpdate]:
+        """``cpus`` for every BE directory; the same update objects as last round while nothing changed
+        (the executor skips them as unchanged anyway, building them again is most of a steady round)."""
+        dirs = self.be_dirs(be_dir, cpus)
+        last = self._last_batch
+        if last is None or last[0] is not dirs or last[1] != (cpus, owner):
+            last = self._last_batch = (dirs, (cpus, owner), tuple(cpuset_updates(dirs, cpus, owner)))
+        return list(last[2])
+
+    def _walk_be_tree(self, be_dir: str) -> tuple[str, ...]:
         try:
             root = os.path.dirname(self.options.reader.path("cpuset_cpus", be_dir))
         except _READ_ERRORS:
-            return []
+            return ()
         if not os.path.isdir(root):
-            return []
+            return ()
         dirs = [be_dir]
         for pod in _subdirs(root):
             dirs.append(f"{be_dir}/{pod}")
             dirs += [f"{be_dir}/{pod}/{c}" for c in _subdirs(os.path.join(root, pod))]
-        return dirs
+        return tuple(dirs)
 
     def _decide(self, action: str, summary: str, numbers: dict[str, Any]) -> Decision:
         if action == "skip":
