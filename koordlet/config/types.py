@@ -212,6 +212,11 @@ class QoSManagerConfig:
                                                      "changes made behind koordlet's back)",
                                                flag="--resource-force-update-seconds", check=at_least(0),
                                                duration=True)
+    net_interface: str = opt("", "interface the tc network QoS shapes (empty: the one holding the default route)",
+                             flag="--net-interface")
+    terway_qos_dir: str = opt("/var/lib/terway/qos", "directory of the node and pod bandwidth files the Terway QoS "
+                                                      "agent reads (netQOSPolicy terway-qos)",
+                              flag="--terway-qos-dir")
     audit_dir: str = opt("", "directory of the write and eviction audit log (empty: <stateDir>/audit)",
                          flag="--audit-log-dir")
     audit_max_bytes: int = opt(10 * 1024 * 1024, "size at which the audit log rotates", check=positive)

@@ -12,7 +12,7 @@ import collections
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.config.types import CollectorConfig, QoSManagerConfig
@@ -23,6 +23,11 @@ from koordlet.resourceexecutor import CgroupUpdate, Result
 from koordlet.statesinformer.framework import StatesInformer
 from koordlet.system.kubepaths import CgroupDriver
 from koordlet.system.layout import CgroupLayout
+
+if TYPE_CHECKING:
+    from koordlet.resourceexecutor.coresched import CoreSchedExecutor
+    from koordlet.resourceexecutor.netqos import NetQoS
+    from koordlet.resourceexecutor.resctrl import ResctrlExecutor
 
 
 class Executor(Protocol):
@@ -127,6 +132,12 @@ class Options:
     """Where kubepods sits below the hierarchy roots (kubelet --cgroup-root)."""
     probes: Mapping[str, bool] = field(default_factory=dict)
     """Host capabilities by probe name (``koordlet.system.probes``), for strategies that need a kernel feature."""
+    resctrl: ResctrlExecutor | None = None
+    """The resctrl writer; None when the host has no resctrl mount."""
+    coresched: CoreSchedExecutor | None = None
+    """The ``prctl(PR_SCHED_CORE)`` caller (it remembers a kernel without core scheduling itself)."""
+    netqos: Callable[[str], NetQoS] | None = None
+    """Network QoS backend by NodeSLO ``netQOSPolicy`` (``tc``, ``terway-qos``); None: network QoS off."""
 
 
 class Strategy(Protocol):
