@@ -1,0 +1,871 @@
+"""The ``tc`` network QoS backend (Koordinator ``runtimehooks/hooks/tc``): HTB on the node's interface,
+pod traffic classified by ipset + iptables ``CLASSIFY``, ingress shaped through an IFB device.
+
+Layout (koordinator-facts §1, tc row; upstream ``tc_linux.go``)::
+
+    <iface> root htb 1: default 2          <ifb> root htb 1: default 2
+      class 1:1  rate=ceil=total              class 1:1  rate=ceil=total
+        class 1:2 SYSTEM prio 1                 class 1:2 / 1:3 / 1:4, ingress rates
+        class 1:3 LS     prio 2               u32 "ip dst <pod ip>" -> 1:3 / 1:4 / 1:2
+        class 1:4 BE     prio 3
+    <iface> ingress ffff: u32 match-all -> mirred egress redirect <ifb>
+
+Egress: mangle ``POSTROUTING -o <iface> -j <prefix>netqos``; that chain holds
+``-m set --match-set <prefix>{system,ls,be}_class src -j CLASSIFY --set-class 1:N``.  CLASSIFY sets
+``skb->priority``, which HTB honours before any filter (net/sched/sch_htb.c ``htb_classify``), and
+what no set claims falls to the default class, SYSTEM.  Never fwmark: this kernel has no ``fw``
+classifier and ignores u32 mark matches (test-host.md).  Ingress: redirected packets reach the IFB
+before netfilter sees them, so there they are classified by u32 on the destination address.
+
+Every change runs as a list of steps, each with its undo; when a step fails the earlier ones are undone
+in reverse and a :class:`KoordletError` names the interface and the step, so a failed live change
+leaves the previous configuration in force.  ``apply`` first reads what is installed and touches only
+what differs: classes are changed in place (``tc class change``), ipsets are refilled through
+``ipset swap`` (atomic), classifiers are added before stale ones go.  ``clear`` removes exactly the
+objects named under the configured prefix and the root HTB 1: with this layout.
+
+pyroute2 (keyword arguments, netlink decoding) stays inside :class:`PyrouteNetlink`; tests drive
+:class:`TcNetQoS` through the :class:`Netlink` protocol and a fake :data:`Runner`.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import logging
+import re
+import shlex
+import struct
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol
+
+from koordlet.errors import ConfigError, KoordletError, Unsupported
+from koordlet.resourceexecutor.netqos import CLASS_NAMES, IFNAMSIZ, ClassBandwidth, NetQoSPlan
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX = "koordlet-"
+ROOT_HANDLE = 0x10000
+"""``1:`` - the HTB qdisc on the interface and on the IFB."""
+ROOT_CLASS = 0x10001
+"""``1:1`` - parent of the three classes, so they can borrow from each other up to their ceilings."""
+CLASS_MINOR = {"system": 2, "ls": 3, "be": 4}
+CLASS_PRIO = {"system": 1, "ls": 2, "be": 3}
+DEFAULT_MINOR = CLASS_MINOR["system"]
+INGRESS_HANDLE = 0xFFFF0000
+REDIRECT_PRIO = 1
+ETH_P_ALL, ETH_P_IP, ETH_P_IPV6 = 0x0003, 0x0800, 0x86DD
+U32_ROOT_TABLE = 0x80000000
+"""u32 handles are ``htid:hash:node``; filters added without a table land in table 800:."""
+U32_MAX_NODE = 0xFFF
+BURST_HZ = 1000
+BURST_MTU = 1600
+COMMAND_TIMEOUT_SECONDS = 30.0
+IPSET_MAXNAMELEN = 31
+XT_CHAIN_MAXNAMELEN = 28
+
+
+class CommandFailed(KoordletError):
+    """An ipset/iptables command (or a netlink request) was refused."""
+
+
+Runner = Callable[[Sequence[str], str | None], str]
+"""Runs ``argv`` (with optional stdin text) and returns stdout; raises :class:`CommandFailed`."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """What differs between IPv4 and IPv6."""
+
+    name: str
+    ipset_family: str
+    iptables: str
+    ethertype: int
+    filter_prio: int
+    dst_offset: int
+    set_suffix: str
+
+    def owns(self, ip: str) -> bool:
+        return ipaddress.ip_address(ip).version == (4 if self.name == "ipv4" else 6)
+
+    def dst_keys(self, ip: str) -> tuple[tuple[int, int, int], ...]:
+        """u32 (mask, value, offset) keys matching this destination address exactly."""
+        packed = ipaddress.ip_address(ip).packed
+        return tuple(
+            (0xFFFFFFFF, int.from_bytes(packed[i:i + 4], "big"), self.dst_offset + i) for i in range(0, len(packed), 4)
+        )
+
+
+IPV4 = Family("ipv4", "inet", "iptables", ETH_P_IP, 10, 16, "")
+IPV6 = Family("ipv6", "inet6", "ip6tables", ETH_P_IPV6, 11, 24, "6")
+FAMILIES = (IPV4, IPV6)
+
+
+# ---- the kernel objects, as plain data -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Link:
+    index: int
+    name: str
+    kind: str
+    up: bool
+
+
+@dataclass(frozen=True)
+class Qdisc:
+    kind: str
+    handle: int
+    parent: int
+
+
+@dataclass(frozen=True)
+class HtbClass:
+    classid: int
+    parent: int
+    rate_bps: int
+    ceil_bps: int
+    prio: int
+
+
+@dataclass(frozen=True)
+class U32Filter:
+    parent: int
+    prio: int
+    protocol: int
+    handle: int
+    classid: int
+    keys: tuple[tuple[int, int, int], ...]
+    """(mask, value, offset) per 32-bit key."""
+    redirect_ifindex: int | None = None
+    """When set, a mirred egress redirect to this interface."""
+
+    def match(self) -> tuple[int, int, int, tuple[tuple[int, int, int], ...], int | None]:
+        return (self.prio, self.protocol, self.classid, self.keys, self.redirect_ifindex)
+
+
+class Netlink(Protocol):
+    """The rtnetlink requests the backend makes; rates in bits per second."""
+
+    def link(self, name: str) -> Link | None: ...
+    def default_route_interface(self) -> str | None: ...
+    def add_ifb(self, name: str) -> None: ...
+    def set_up(self, index: int) -> None: ...
+    def del_link(self, index: int) -> None: ...
+    def qdiscs(self, index: int) -> list[Qdisc]: ...
+    def add_htb(self, index: int, default_minor: int, replace: bool) -> None: ...
+    def add_ingress(self, index: int) -> None: ...
+    def del_qdisc(self, index: int, handle: int, parent: int) -> None: ...
+    def classes(self, index: int) -> list[HtbClass]: ...
+    def put_class(self, index: int, cls: HtbClass, change: bool) -> None: ...
+    def del_class(self, index: int, classid: int) -> None: ...
+    def filters(self, index: int, parent: int) -> list[U32Filter]: ...
+    def add_u32(self, index: int, flt: U32Filter) -> None: ...
+    def del_filter(self, index: int, flt: U32Filter) -> None: ...
+    def close(self) -> None: ...
+
+
+# ---- pyroute2 ---------------------------------------------------------------------------------------
+
+
+class PyrouteNetlink:
+    """:class:`Netlink` over pyroute2's IPRoute, in ``netns`` when given (pyroute2 opens that socket in
+    a child that setns()es, so this process never changes namespace)."""
+
+    def __init__(self, netns: str | None = None) -> None:
+        from pyroute2 import IPRoute
+
+        try:
+            # flags=0: never create the namespace (pyroute2's default is O_CREAT).
+            self._ipr = IPRoute(netns=netns, flags=0) if netns else IPRoute()
+        except Exception as err:  # pyroute2 raises OSError, NetlinkError or TimeoutError
+            raise CommandFailed(f"cannot open rtnetlink{f' in netns {netns}' if netns else ''}: {err}") from err
+
+    def close(self) -> None:
+        self._ipr.close()
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:  # NetlinkError, OSError, TimeoutError
+            code = getattr(err, "code", None) or getattr(err, "errno", None)
+            reason = errno.errorcode.get(code, str(err)) if isinstance(code, int) else str(err)
+            raise CommandFailed(f"{what}: {reason} ({err})") from err
+
+    def link(self, name: str) -> Link | None:
+        found = self._call(f"link lookup {name}", self._ipr.link_lookup, ifname=name)
+        if not found:
+            return None
+        msg = self._call(f"link get {name}", self._ipr.get_links, found[0])[0]
+        info = msg.get_attr("IFLA_LINKINFO")
+        kind = info.get_attr("IFLA_INFO_KIND") if info is not None else ""
+        return Link(found[0], name, kind or "", bool(msg["flags"] & 1))
+
+    def default_route_interface(self) -> str | None:
+        for family in (2, 10):  # AF_INET, AF_INET6
+            for route in self._call("route dump", self._ipr.get_default_routes, family=family):
+                oif = route.get_attr("RTA_OIF")
+                if oif:
+                    return str(self._call("link get", self._ipr.get_links, oif)[0].get_attr("IFLA_IFNAME"))
+        return None
+
+    def add_ifb(self, name: str) -> None:
+        self._call(f"add ifb {name}", self._ipr.link, "add", ifname=name, kind="ifb")
+
+    def set_up(self, index: int) -> None:
+        self._call(f"set link {index} up", self._ipr.link, "set", index=index, state="up")
+
+    def del_link(self, index: int) -> None:
+        self._call(f"delete link {index}", self._ipr.link, "del", index=index)
+
+    def qdiscs(self, index: int) -> list[Qdisc]:
+        msgs = self._call("qdisc dump", self._ipr.get_qdiscs, index)
+        return [Qdisc(m.get_attr("TCA_KIND"), m["handle"], m["parent"]) for m in msgs if m["index"] == index]
+
+    def add_htb(self, index: int, default_minor: int, replace: bool) -> None:
+        self._call("add htb root 1:", self._ipr.tc, "replace" if replace else "add", "htb", index, ROOT_HANDLE,
+                   default=default_minor)
+
+    def add_ingress(self, index: int) -> None:
+        self._call("add ingress qdisc", self._ipr.tc, "add", "ingress", index, INGRESS_HANDLE)
+
+    def del_qdisc(self, index: int, handle: int, parent: int) -> None:
+        kind = "ingress" if handle == INGRESS_HANDLE else "htb"
+        self._call(f"delete qdisc {_handle(handle)}", self._ipr.tc, "del", kind, index, handle)
+
+    def classes(self, index: int) -> list[HtbClass]:
+        result = []
+        for msg in self._call("class dump", self._ipr.get_classes, index):
+            opts = msg.get_attr("TCA_OPTIONS")
+            parms = opts.get_attr("TCA_HTB_PARMS") if opts is not None and msg.get_attr("TCA_KIND") == "htb" else None
+            if parms is None:
+                continue
+            # The kernel caps the 32-bit byte rates and adds *_RATE64 above 2^32-1 bytes/s.
+            rate = opts.get_attr("TCA_HTB_RATE64") or parms["rate"]
+            ceil = opts.get_attr("TCA_HTB_CEIL64") or parms["ceil"]
+            result.append(HtbClass(msg["handle"], msg["parent"], rate * 8, ceil * 8, parms["prio"]))
+        return result
+
+    def put_class(self, index: int, cls: HtbClass, change: bool) -> None:
+        self._call(f"{'change' if change else 'add'} class {_handle(cls.classid)}", self._ipr.tc,
+                   "change-class" if change else "add-class", "htb", index, cls.classid, parent=cls.parent,
+                   rate=cls.rate_bps // 8, ceil=cls.ceil_bps // 8, prio=cls.prio,
+                   burst=_burst_bytes(cls.rate_bps), cburst=_burst_bytes(cls.ceil_bps))
+
+    def del_class(self, index: int, classid: int) -> None:
+        # kind None: pyroute2 would otherwise build htb class parameters for the delete and fail.
+        self._call(f"delete class {_handle(classid)}", self._ipr.tc, "del-class", None, index, classid)
+
+    def filters(self, index: int, parent: int) -> list[U32Filter]:
+        result = []
+        for msg in self._call("filter dump", self._ipr.get_filters, index, parent=parent):
+            opts = msg.get_attr("TCA_OPTIONS")
+            if msg.get_attr("TCA_KIND") != "u32" or opts is None:
+                continue
+            keys = _u32_keys(opts)
+            if keys is None:  # the hash table node (800:), not a rule
+                continue
+            info = msg["info"]
+            result.append(U32Filter(
+                parent, info >> 16, _ntohs(info & 0xFFFF), msg["handle"], opts.get_attr("TCA_U32_CLASSID") or 0,
+                keys, _mirred_ifindex(opts),
+            ))
+        return result
+
+    def add_u32(self, index: int, flt: U32Filter) -> None:
+        kwargs: dict[str, Any] = {
+            "parent": flt.parent, "prio": flt.prio, "protocol": flt.protocol, "target": flt.classid,
+            # Unpadded hex: pyroute2 strips leading "00" pairs off the mask (moving the offset), so a
+            # zero-padded match-all mask would end up empty.
+            "keys": [f"0x{value:x}/0x{mask:x}+{offset}" for mask, value, offset in flt.keys],
+        }
+        if flt.redirect_ifindex is not None:
+            kwargs["action"] = {"kind": "mirred", "direction": "egress", "action": "redirect",
+                                "ifindex": flt.redirect_ifindex}
+        self._call(f"add u32 filter {_u32_handle(flt.handle)} prio {flt.prio}", self._ipr.tc, "add-filter", "u32",
+                   index, flt.handle, **kwargs)
+
+    def del_filter(self, index: int, flt: U32Filter) -> None:
+        self._call(f"delete u32 filter {_u32_handle(flt.handle)} prio {flt.prio}", self._ipr.tc, "del-filter", "u32",
+                   index, flt.handle, parent=flt.parent, prio=flt.prio, protocol=flt.protocol, target=flt.classid)
+
+
+def _burst_bytes(bps: int) -> int:
+    # tc's classic buffer, rate / HZ + MTU with HZ 1000: the bytes one 1 ms timer tick must release.
+    # pyroute2 (like vishvananda/netlink) divides by the hrtimer resolution instead, leaving about one
+    # MTU, and HTB then falls 10-30 % short of a 100+ Mbit/s ceiling on a veth (measured here).
+    return bps // 8 // BURST_HZ + BURST_MTU
+
+
+def _u32_keys(opts: Any) -> tuple[tuple[int, int, int], ...] | None:
+    # pyroute2 0.9's u32_sel decoder reads the keys 4 bytes early (mask comes out as the value), so
+    # parse the raw attribute: struct tc_u32_sel is 16 bytes, then nkeys x tc_u32_key
+    # {__be32 mask; __be32 val; int off; int offmask} (include/uapi/linux/pkt_cls.h).
+    for attr in opts["attrs"]:
+        if attr[0] != "TCA_U32_SEL":
+            continue
+        sel = attr[1]
+        raw = bytes(sel.data[sel.offset + 4: sel.offset + sel.length])
+        nkeys = raw[2]
+        return tuple(
+            (struct.unpack_from(">I", raw, 16 + 16 * i)[0], struct.unpack_from(">I", raw, 20 + 16 * i)[0],
+             struct.unpack_from("=i", raw, 24 + 16 * i)[0])
+            for i in range(nkeys)
+        )
+    return None
+
+
+def _mirred_ifindex(opts: Any) -> int | None:
+    acts = opts.get_attr("TCA_U32_ACT")
+    if acts is None:
+        return None
+    for _, act in acts["attrs"]:
+        if act.get_attr("TCA_ACT_KIND") == "mirred":
+            parms = act.get_attr("TCA_ACT_OPTIONS").get_attr("TCA_MIRRED_PARMS")
+            return int(parms["ifindex"])
+    return None
+
+
+def _ntohs(value: int) -> int:
+    return ((value & 0xFF) << 8) | (value >> 8)
+
+
+def _handle(handle: int) -> str:
+    return f"{handle >> 16:x}:{handle & 0xFFFF:x}"
+
+
+def _u32_handle(handle: int) -> str:
+    return f"{handle >> 20:x}:{(handle >> 12) & 0xFF:x}:{handle & 0xFFF:x}"
+
+
+# ---- subprocess ------------------------------------------------------------------------------------
+
+
+def subprocess_runner(netns: str | None = None, timeout: float = COMMAND_TIMEOUT_SECONDS) -> Runner:
+    """A :data:`Runner` executing argv lists (never a shell), inside ``netns`` through ``ip netns exec``."""
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+
+    def run(argv: Sequence[str], stdin: str | None = None) -> str:
+        full = [*prefix, *argv]
+        try:
+            done = subprocess.run(full, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+        except FileNotFoundError as err:
+            raise Unsupported(errno.ENOENT, f"{full[0]} is not installed") from err
+        except subprocess.TimeoutExpired as err:
+            raise CommandFailed(f"`{shlex.join(full)}` timed out after {timeout:g} s") from err
+        if done.returncode != 0:
+            raise CommandFailed(f"`{shlex.join(full)}` failed (exit {done.returncode}): {done.stderr.strip()}")
+        return done.stdout
+
+    return run
+
+
+# ---- the transaction -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Steps:
+    where: str
+    undo: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)
+
+    def run(self, what: str, action: Callable[[], object], undo: Callable[[], object] | None = None) -> None:
+        try:
+            action()
+        except KoordletError as err:
+            undone = self.rollback()
+            raise CommandFailed(f"{self.where}: {what}: {err}; rolled back {undone} earlier step(s)") from err
+        self.done.append(what)
+        if undo is not None:
+            self.undo.append((what, undo))
+
+    def rollback(self) -> int:
+        count = 0
+        for what, undo in reversed(self.undo):
+            try:
+                undo()
+                count += 1
+            except KoordletError as err:
+                log.error("%s: could not undo %r: %s", self.where, what, err)
+        self.undo.clear()
+        return count
+
+
+# ---- the backend -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Installed:
+    """What is on the host now (only the parts this backend manages)."""
+
+    link: Link
+    root: Qdisc | None
+    classes: dict[int, HtbClass]
+    ingress: bool
+    redirects: list[U32Filter]
+    ifb: Link | None
+    ifb_root: Qdisc | None
+    ifb_classes: dict[int, HtbClass]
+    ifb_filters: list[U32Filter]
+    sets: dict[str, tuple[str, frozenset[str]]]
+    rules: dict[str, list[str]]
+    """Per iptables binary, the ``-S`` lines of mangle POSTROUTING and our chain."""
+
+
+class TcNetQoS:
+    """:class:`~koordlet.resourceexecutor.netqos.NetQoS` over tc/ipset/iptables.
+
+    ``interface`` is the one :meth:`clear` cleans when nothing was applied by this instance (empty: the
+    interface holding the default route); :meth:`apply` shapes ``plan.interface``.  ``prefix`` names
+    the ipsets (``<prefix>ls_class``), the iptables chain (``<prefix>netqos``) and the IFB
+    (``<prefix>ifb`` unless ``ifb_name``); only objects with those names are ever removed."""
+
+    def __init__(
+        self,
+        interface: str = "",
+        *,
+        netns: str | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        ifb_name: str | None = None,
+        netlink: Callable[[], Netlink] | None = None,
+        run: Runner | None = None,
+    ) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,16}", prefix):
+            raise ConfigError(f"netqos.tc.prefix: {prefix!r} must be 1-16 characters of [A-Za-z0-9_.-]")
+        self.prefix = prefix
+        self.ifb_name = ifb_name if ifb_name is not None else f"{prefix}ifb"
+        if not self.ifb_name or len(self.ifb_name) >= IFNAMSIZ or "/" in self.ifb_name:
+            raise ConfigError(f"netqos.tc.ifb_name: {self.ifb_name!r} is not a valid interface name "
+                              f"(at most {IFNAMSIZ - 1} characters; shorten the prefix or pass ifb_name)")
+        self.chain = f"{prefix}netqos"
+        self.interface = interface
+        self.netns = netns
+        self._netlink = netlink or (lambda: PyrouteNetlink(netns))
+        self._run = run or subprocess_runner(netns)
+        self._applied: str | None = None
+
+    # names
+
+    def set_name(self, cls: str, family: Family) -> str:
+        return f"{self.prefix}{cls}_class{family.set_suffix}"
+
+    def _tmp_set(self, name: str) -> str:
+        return f"{name}-tmp"
+
+    def _owned_sets(self) -> list[str]:
+        names = [self.set_name(c, f) for f in FAMILIES for c in CLASS_NAMES]
+        return names + [self._tmp_set(n) for n in names]
+
+    def _where(self, iface: str) -> str:
+        return f"tc netqos on {iface}" + (f" (netns {self.netns})" if self.netns else "")
+
+    @contextmanager
+    def _session(self) -> Iterator[Netlink]:
+        nl = self._netlink()
+        try:
+            yield nl
+        finally:
+            nl.close()
+
+    # NetQoS
+
+    def resolve_interface(self) -> str:
+        """The configured interface, else the one holding the default route."""
+        if self.interface:
+            return self.interface
+        with self._session() as nl:
+            name = nl.default_route_interface()
+        if not name:
+            raise KoordletError(f"tc netqos{f' (netns {self.netns})' if self.netns else ''}: no interface "
+                                "configured and no default route to find one")
+        return name
+
+    def apply(self, plan: NetQoSPlan) -> None:
+        if self._applied is not None and self._applied != plan.interface:
+            self.clear()
+        where = self._where(plan.interface)
+        with self._session() as nl:
+            try:
+                have = self._read(nl, plan.interface)
+            except KoordletError as err:
+                raise CommandFailed(f"{where}: {err}") from err
+            steps = _Steps(where)
+            self._apply_egress(nl, steps, plan, have)
+            if plan.shape_ingress:
+                self._apply_ingress(nl, steps, plan, have)
+            self._apply_classifiers(steps, plan, have)
+            # Removals come last and are not undone: they only take away what the plan no longer wants.
+            if not plan.shape_ingress:
+                self._remove_ingress(nl, steps, have)
+        self._applied = plan.interface
+        if steps.done:
+            log.info("%s: %s", where, "; ".join(steps.done))
+
+    def clear(self) -> None:
+        iface = self._applied or self.resolve_interface()
+        where = self._where(iface)
+        errors: list[str] = []
+
+        def attempt(what: str, action: Callable[[], object]) -> None:
+            try:
+                action()
+            except KoordletError as err:
+                errors.append(f"{what}: {err}")
+
+        with self._session() as nl:
+            rules = self._read_rules()
+            for family in FAMILIES:
+                for line in rules.get(family.iptables, []):
+                    if self._is_jump(line):
+                        args = shlex.split(line)[1:]
+                        attempt(f"{family.iptables} delete jump", partial(self._ipt, family, "-D", *args))
+                if any(line.startswith(f"-N {self.chain}") for line in rules.get(family.iptables, [])):
+                    attempt(f"{family.iptables} flush {self.chain}", partial(self._ipt, family, "-F", self.chain))
+                    attempt(f"{family.iptables} delete {self.chain}", partial(self._ipt, family, "-X", self.chain))
+            present = set(self._run(["ipset", "list", "-n"], None).split())
+            for name in self._owned_sets():
+                if name in present:
+                    attempt(f"destroy ipset {name}", partial(self._ipset, "destroy", name))
+            link = nl.link(iface)
+            ifb = nl.link(self.ifb_name)
+            if link is not None:
+                qdiscs = nl.qdiscs(link.index)
+                if any(q.handle == INGRESS_HANDLE for q in qdiscs):
+                    theirs = [f for f in nl.filters(link.index, INGRESS_HANDLE) if not self._is_redirect(f, ifb)]
+                    for flt in nl.filters(link.index, INGRESS_HANDLE):
+                        if self._is_redirect(flt, ifb):
+                            attempt("delete ingress redirect", partial(nl.del_filter, link.index, flt))
+                    if not theirs:
+                        attempt("delete ingress qdisc",
+                                lambda: nl.del_qdisc(link.index, INGRESS_HANDLE, 0xFFFFFFF1))
+                if self._ours(qdiscs, nl.classes(link.index)):
+                    attempt("delete root htb 1:", lambda: nl.del_qdisc(link.index, ROOT_HANDLE, 0xFFFFFFFF))
+            if ifb is not None and ifb.kind == "ifb":
+                attempt(f"delete ifb {self.ifb_name}", lambda: nl.del_link(ifb.index))
+        self._applied = None
+        if errors:
+            raise CommandFailed(f"{where}: clear left objects behind: " + "; ".join(errors))
+
+    def describe(self) -> dict[str, object]:
+        iface = self._applied or self.resolve_interface()
+        with self._session() as nl:
+            have = self._read(nl, iface)
+        return {
+            "backend": "tc",
+            "netns": self.netns,
+            "interface": iface,
+            "egress": {"qdisc": _qdisc_text(have.root), "classes": _classes_text(have.classes)},
+            "ingress": {
+                "ifb": have.ifb.name if have.ifb else None,
+                "redirect": bool(have.redirects),
+                "qdisc": _qdisc_text(have.ifb_root),
+                "classes": _classes_text(have.ifb_classes),
+                "filters": [
+                    {"class": _class_name(f.classid), "dst": _keys_ip(f.keys)} for f in have.ifb_filters
+                ],
+            },
+            "ipsets": {name: sorted(members) for name, (_, members) in sorted(have.sets.items())},
+            "iptables": {binary: lines for binary, lines in have.rules.items() if lines},
+        }
+
+    # reading
+
+    def _read(self, nl: Netlink, iface: str) -> _Installed:
+        link = nl.link(iface)
+        if link is None:
+            raise CommandFailed(f"interface {iface!r} not found")
+        qdiscs = nl.qdiscs(link.index)
+        root = next((q for q in qdiscs if q.parent == 0xFFFFFFFF), None)
+        ingress = any(q.handle == INGRESS_HANDLE for q in qdiscs)
+        ifb = nl.link(self.ifb_name)
+        redirects = [f for f in nl.filters(link.index, INGRESS_HANDLE) if self._is_redirect(f, ifb)] if ingress else []
+        ifb_root, ifb_classes, ifb_filters = None, {}, []
+        if ifb is not None:
+            ifb_root = next((q for q in nl.qdiscs(ifb.index) if q.parent == 0xFFFFFFFF), None)
+            if ifb_root is not None and (ifb_root.kind, ifb_root.handle) == ("htb", ROOT_HANDLE):
+                ifb_classes = {c.classid: c for c in nl.classes(ifb.index)}
+                ifb_filters = nl.filters(ifb.index, ROOT_HANDLE)
+        classes = {c.classid: c for c in nl.classes(link.index)} if root is not None else {}
+        return _Installed(link, root, classes, ingress, redirects, ifb, ifb_root, ifb_classes, ifb_filters,
+                          self._read_sets(), self._read_rules())
+
+    def _read_sets(self) -> dict[str, tuple[str, frozenset[str]]]:
+        present = set(self._run(["ipset", "list", "-n"], None).split())
+        sets = {}
+        for name in self._owned_sets():
+            if name not in present:
+                continue
+            family, members = "", set()
+            for line in self._run(["ipset", "save", name], None).splitlines():
+                words = line.split()
+                if words[:2] == ["create", name] and "family" in words:
+                    family = words[words.index("family") + 1]
+                elif words[:2] == ["add", name] and len(words) >= 3:
+                    members.add(str(ipaddress.ip_address(words[2])))
+            sets[name] = (family, frozenset(members))
+        return sets
+
+    def _read_rules(self) -> dict[str, list[str]]:
+        rules = {}
+        for family in FAMILIES:
+            try:
+                lines = self._ipt(family, "-S").splitlines()
+            except Unsupported:
+                lines = []
+            rules[family.iptables] = [
+                ln for ln in lines if ln.startswith(("-A POSTROUTING ", f"-N {self.chain}", f"-A {self.chain} "))
+                and (not ln.startswith("-A POSTROUTING ") or self._is_jump(ln))
+            ]
+        return rules
+
+    def _is_jump(self, line: str) -> bool:
+        return line.startswith("-A POSTROUTING ") and line.split()[-2:] == ["-j", self.chain]
+
+    def _is_redirect(self, flt: U32Filter, ifb: Link | None) -> bool:
+        return ifb is not None and flt.prio == REDIRECT_PRIO and flt.redirect_ifindex == ifb.index
+
+    @staticmethod
+    def _ours(qdiscs: list[Qdisc], classes: list[HtbClass]) -> bool:
+        # Remove a root htb 1: only when it has exactly this backend's class layout.
+        root = next((q for q in qdiscs if q.parent == 0xFFFFFFFF), None)
+        wanted = {ROOT_CLASS} | {ROOT_HANDLE | m for m in CLASS_MINOR.values()}
+        return (root is not None and (root.kind, root.handle) == ("htb", ROOT_HANDLE)
+                and {c.classid for c in classes} == wanted)
+
+    # egress and the IFB: qdiscs and classes
+
+    def _ensure_htb(self, nl: Netlink, steps: _Steps, link: Link, root: Qdisc | None,
+                    have: dict[int, HtbClass], want: list[HtbClass], label: str) -> None:
+        if root is None or (root.kind, root.handle) != ("htb", ROOT_HANDLE):
+            if root is not None and root.handle != 0:
+                # handle 0 is the kernel's default qdisc (noqueue, mq, fq_codel...); anything else was
+                # put there by someone, and replacing it would silently undo their shaping.
+                raise CommandFailed(f"{steps.where}: {link.name} has root qdisc {root.kind} {_handle(root.handle)} "
+                                    "that koordlet did not make; refusing to replace it")
+            steps.run(f"add {label} root htb 1: default {DEFAULT_MINOR}",
+                      lambda: nl.add_htb(link.index, DEFAULT_MINOR, replace=root is not None),
+                      lambda: nl.del_qdisc(link.index, ROOT_HANDLE, 0xFFFFFFFF))
+            have = {}
+        for cls in want:
+            old = have.get(cls.classid)
+            text = f"{label} class {_handle(cls.classid)} rate {cls.rate_bps} ceil {cls.ceil_bps} prio {cls.prio}"
+            if old is None:
+                steps.run(f"add {text}", partial(nl.put_class, link.index, cls, change=False),
+                          partial(nl.del_class, link.index, cls.classid))
+            elif old != cls:
+                steps.run(f"change {text}", partial(nl.put_class, link.index, cls, change=True),
+                          partial(nl.put_class, link.index, old, change=True))
+
+    @staticmethod
+    def _want_classes(plan: NetQoSPlan, direction: str) -> list[HtbClass]:
+        total = _byte_aligned(plan.total_bps)
+        want = [HtbClass(ROOT_CLASS, 0xFFFFFFFF, total, total, 0)]
+        for name, cls in plan.classes():
+            rate = _byte_aligned(getattr(cls, f"{direction}_rate_bps"))
+            ceil = _byte_aligned(getattr(cls, f"{direction}_ceil_bps"))
+            want.append(HtbClass(ROOT_HANDLE | CLASS_MINOR[name], ROOT_CLASS, rate, ceil, CLASS_PRIO[name]))
+        return want
+
+    def _apply_egress(self, nl: Netlink, steps: _Steps, plan: NetQoSPlan, have: _Installed) -> None:
+        self._ensure_htb(nl, steps, have.link, have.root, have.classes, self._want_classes(plan, "egress"), "egress")
+
+    def _apply_ingress(self, nl: Netlink, steps: _Steps, plan: NetQoSPlan, have: _Installed) -> None:
+        ifb = have.ifb
+        if ifb is not None and ifb.kind != "ifb":
+            raise CommandFailed(f"{steps.where}: {self.ifb_name} exists and is a {ifb.kind or 'plain'} link, not ifb")
+        if ifb is None:
+            steps.run(f"add ifb {self.ifb_name}", lambda: nl.add_ifb(self.ifb_name),
+                      lambda: _del_named_link(nl, self.ifb_name))
+            ifb = nl.link(self.ifb_name)
+            if ifb is None:
+                raise CommandFailed(f"{steps.where}: {self.ifb_name} vanished right after it was made")
+        if not ifb.up:
+            steps.run(f"set {self.ifb_name} up", partial(nl.set_up, ifb.index))
+        self._ensure_htb(nl, steps, ifb, have.ifb_root, have.ifb_classes, self._want_classes(plan, "ingress"),
+                         "ingress")
+        self._ensure_dst_filters(nl, steps, plan, ifb, have.ifb_filters)
+        index = have.link.index
+        if not have.ingress:
+            steps.run("add ingress qdisc ffff:", lambda: nl.add_ingress(index),
+                      lambda: nl.del_qdisc(index, INGRESS_HANDLE, 0xFFFFFFF1))
+        want = U32Filter(INGRESS_HANDLE, REDIRECT_PRIO, ETH_P_ALL, U32_ROOT_TABLE | 1, 0, ((0, 0, 0),), ifb.index)
+        if not any(f.match() == want.match() for f in have.redirects):
+            taken = {f.handle for f in have.redirects}
+            want = _with_free_handle(want, taken)
+            steps.run(f"redirect ingress of {have.link.name} to {self.ifb_name}", lambda: nl.add_u32(index, want),
+                      lambda: nl.del_filter(index, want))
+
+    def _ensure_dst_filters(self, nl: Netlink, steps: _Steps, plan: NetQoSPlan, ifb: Link,
+                            have: list[U32Filter]) -> None:
+        want = []
+        for name, cls in plan.classes():
+            for ip in cls.source_ips:
+                family = IPV4 if IPV4.owns(ip) else IPV6
+                want.append(U32Filter(ROOT_HANDLE, family.filter_prio, family.ethertype, 0,
+                                      ROOT_HANDLE | CLASS_MINOR[name], family.dst_keys(ip)))
+        present = {f.match(): f for f in have}
+        taken = {f.handle for f in have}
+        # New classifiers first, stale ones after: a moved address is classified by one of them at all
+        # times (filters of one prio are tried in handle order, either one is right for a moment).
+        for flt in want:
+            if flt.match() in present:
+                continue
+            flt = _with_free_handle(flt, taken)
+            taken.add(flt.handle)
+            steps.run(f"classify ingress dst {_keys_ip(flt.keys)} -> {_handle(flt.classid)}",
+                      partial(nl.add_u32, ifb.index, flt), partial(nl.del_filter, ifb.index, flt))
+        wanted = {f.match() for f in want}
+        for flt in have:
+            if flt.match() not in wanted:
+                steps.run(f"drop ingress classifier dst {_keys_ip(flt.keys)} -> {_handle(flt.classid)}",
+                          partial(nl.del_filter, ifb.index, flt), partial(nl.add_u32, ifb.index, flt))
+
+    def _remove_ingress(self, nl: Netlink, steps: _Steps, have: _Installed) -> None:
+        for flt in have.redirects:
+            steps.run("delete ingress redirect", partial(nl.del_filter, have.link.index, flt))
+        if have.ingress and have.redirects and len(nl.filters(have.link.index, INGRESS_HANDLE)) == 0:
+            steps.run("delete ingress qdisc", lambda: nl.del_qdisc(have.link.index, INGRESS_HANDLE, 0xFFFFFFF1))
+        if have.ifb is not None and have.ifb.kind == "ifb":
+            steps.run(f"delete ifb {self.ifb_name}", partial(nl.del_link, have.ifb.index))
+
+    # egress classification: ipsets + iptables CLASSIFY
+
+    def _apply_classifiers(self, steps: _Steps, plan: NetQoSPlan, have: _Installed) -> None:
+        needs_v6 = any(not IPV4.owns(ip) for _, cls in plan.classes() for ip in cls.source_ips)
+        for family in FAMILIES:
+            if family is IPV6 and not needs_v6:
+                self._remove_family(steps, family, have)
+                continue
+            for name, cls in plan.classes():
+                self._ensure_set(steps, self.set_name(name, family), family, _members(cls, family), have)
+            self._ensure_rules(steps, family, plan.interface, have.rules.get(family.iptables, []))
+
+    def _ensure_set(self, steps: _Steps, name: str, family: Family, members: frozenset[str],
+                    have: _Installed) -> None:
+        old = have.sets.get(name)
+        if old is not None and old[0] != family.ipset_family:
+            raise CommandFailed(f"{steps.where}: ipset {name} has family {old[0]}, expected {family.ipset_family}")
+        if old is None:
+            steps.run(f"create ipset {name} ({len(members)} address(es))",
+                      lambda: self._restore(_fill(name, family, members)),
+                      lambda: self._ipset("destroy", name))
+        elif old[1] != members:
+            tmp = self._tmp_set(name)
+            if tmp in have.sets:
+                self._ipset("destroy", tmp)
+            steps.run(f"refill ipset {name} ({len(members)} address(es))",
+                      lambda: self._swap(name, tmp, family, members), lambda: self._swap(name, tmp, family, old[1]))
+
+    def _swap(self, name: str, tmp: str, family: Family, members: frozenset[str]) -> None:
+        # ipset swap exchanges the sets atomically, so the iptables rule never sees a half-filled set.
+        try:
+            self._restore(_fill(tmp, family, members) + f"swap {tmp} {name}\ndestroy {tmp}\n")
+        except KoordletError:
+            with suppress(KoordletError):
+                self._ipset("destroy", tmp)
+            raise
+
+    def _ensure_rules(self, steps: _Steps, family: Family, iface: str, lines: list[str]) -> None:
+        if f"-N {self.chain}" not in lines:
+            steps.run(f"{family.iptables} create chain {self.chain}", lambda: self._ipt(family, "-N", self.chain),
+                      lambda: self._ipt(family, "-X", self.chain))
+        want = [
+            f"-A {self.chain} -m set --match-set {self.set_name(name, family)} src "
+            f"-j CLASSIFY --set-class {ROOT_HANDLE >> 16:04x}:{CLASS_MINOR[name]:04x}"
+            for name in CLASS_NAMES
+        ]
+        jump = f"-A POSTROUTING -o {iface} -j {self.chain}"
+        for line in [*want, jump]:
+            if line not in lines:
+                args = shlex.split(line)[1:]
+                steps.run(f"{family.iptables} {line}", partial(self._ipt, family, "-A", *args),
+                          partial(self._ipt, family, "-D", *args))
+        for line in lines:
+            if line.startswith("-A ") and line not in want and line != jump:
+                args = shlex.split(line)[1:]
+                steps.run(f"{family.iptables} delete {line}", partial(self._ipt, family, "-D", *args),
+                          partial(self._ipt, family, "-A", *args))
+
+    def _remove_family(self, steps: _Steps, family: Family, have: _Installed) -> None:
+        lines = have.rules.get(family.iptables, [])
+        for line in lines:
+            if self._is_jump(line):
+                args = shlex.split(line)[1:]
+                steps.run(f"{family.iptables} delete {line}", partial(self._ipt, family, "-D", *args))
+        if f"-N {self.chain}" in lines:
+            steps.run(f"{family.iptables} flush chain {self.chain}", lambda: self._ipt(family, "-F", self.chain))
+            steps.run(f"{family.iptables} delete chain {self.chain}", lambda: self._ipt(family, "-X", self.chain))
+        for name in CLASS_NAMES:
+            set_name = self.set_name(name, family)
+            if set_name in have.sets:
+                steps.run(f"destroy ipset {set_name}", partial(self._ipset, "destroy", set_name))
+
+    def _ipt(self, family: Family, *args: str) -> str:
+        return self._run([family.iptables, "-w", "-t", "mangle", *args], None)
+
+    def _ipset(self, *args: str) -> str:
+        return self._run(["ipset", *args], None)
+
+    def _restore(self, script: str) -> None:
+        self._run(["ipset", "restore"], script)
+
+
+def _members(cls: ClassBandwidth, family: Family) -> frozenset[str]:
+    return frozenset(ip for ip in cls.source_ips if family.owns(ip))
+
+
+def _fill(name: str, family: Family, members: frozenset[str]) -> str:
+    lines = [f"create {name} hash:ip family {family.ipset_family}"]
+    lines += [f"add {name} {ip}" for ip in sorted(members, key=ipaddress.ip_address)]
+    return "\n".join(lines) + "\n"
+
+
+def _byte_aligned(bps: int) -> int:
+    # HTB keeps rates in bytes per second; compare what the kernel will report back.
+    return bps // 8 * 8
+
+
+def _with_free_handle(flt: U32Filter, taken: set[int]) -> U32Filter:
+    for node in range(1, U32_MAX_NODE + 1):
+        handle = U32_ROOT_TABLE | node
+        if handle not in taken:
+            return U32Filter(flt.parent, flt.prio, flt.protocol, handle, flt.classid, flt.keys, flt.redirect_ifindex)
+    raise CommandFailed(f"no free u32 handle left in table 800: (more than {U32_MAX_NODE} classified addresses)")
+
+
+def _del_named_link(nl: Netlink, name: str) -> None:
+    link = nl.link(name)
+    if link is not None:
+        nl.del_link(link.index)
+
+
+def _keys_ip(keys: tuple[tuple[int, int, int], ...]) -> str:
+    packed = b"".join(value.to_bytes(4, "big") for _, value, _ in keys)
+    try:
+        return str(ipaddress.ip_address(packed))
+    except ValueError:
+        return packed.hex()
+
+
+def _class_name(classid: int) -> str:
+    for name, minor in CLASS_MINOR.items():
+        if classid == ROOT_HANDLE | minor:
+            return name
+    return _handle(classid)
+
+
+def _qdisc_text(qdisc: Qdisc | None) -> str | None:
+    return None if qdisc is None else f"{qdisc.kind} {_handle(qdisc.handle)}"
+
+
+def _classes_text(classes: dict[int, HtbClass]) -> dict[str, dict[str, object]]:
+    return {
+        ("root" if c.classid == ROOT_CLASS else _class_name(c.classid)): {
+            "classid": _handle(c.classid), "rate_bps": c.rate_bps, "ceil_bps": c.ceil_bps, "prio": c.prio,
+        }
+        for c in sorted(classes.values(), key=lambda c: c.classid)
+    }
