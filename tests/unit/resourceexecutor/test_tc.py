@@ -13,15 +13,8 @@ import pytest
 
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoSPlan
-from koordlet.resourceexecutor.tc import (
-    CommandFailed,
-    HtbClass,
-    Link,
-    Qdisc,
-    TcNetQoS,
-    U32Filter,
-    _burst_bytes,
-)
+from koordlet.resourceexecutor.tc import TcNetQoS
+from koordlet.resourceexecutor.tc_netlink import CommandFailed, HtbClass, Link, Qdisc, U32Filter, _burst_bytes
 
 MBIT = 1_000_000
 TOTAL = 100 * MBIT
