@@ -10,7 +10,7 @@ from koordlet.qosmanager.framework import Options, Strategy, StrategyFactory
 
 
 def _factories() -> list[tuple[str, StrategyFactory]]:
-    from koordlet.qosmanager.plugins import cgreconcile, cpuburst, cpuevict, cpusuppress, memoryevict
+    from koordlet.qosmanager.plugins import blkio, cgreconcile, cpuburst, cpuevict, cpusuppress, memoryevict
 
     return [
         (cpusuppress.NAME, cpusuppress.new),
@@ -18,6 +18,7 @@ def _factories() -> list[tuple[str, StrategyFactory]]:
         (cpuevict.NAME, cpuevict.new),
         (memoryevict.NAME, memoryevict.new),
         (cgreconcile.NAME, cgreconcile.new),
+        (blkio.NAME, blkio.new),
     ]
 
 

@@ -1,0 +1,426 @@
+"""Block IO QoS reconcile (Koordinator ``qosmanager/plugins/blkio``, gate ``BlkIOReconcile``, off by default).
+
+Every round, for ``beClass.blkioQOS`` the besteffort QoS cgroup gets, per disk of each block, the four
+blk-throttle limits (v1 ``blkio.throttle.{read,write}_{bps,iops}_device`` lines ``maj:min value``, v2
+``io.max`` keys ``rbps wbps riops wiops``) and the iocost weight (``blkio.cost.weight`` on Anolis,
+``io.weight`` on v2; only where the kernel has the file).  A value left out or 0 removes the limit (v1
+``maj:min 0``, v2 ``max``) and an absent weight is 100.  For ``cgroupRoot.blkioQOS`` the root cgroup gets
+``io.cost.qos`` / ``blkio.cost.qos`` ``maj:min enable=1 ctrl=user rpct rlat wpct wlat``.
+
+Like Koordinator's disk recorder, every disk with a rule in the besteffort throttle files that the
+configuration does not name gets its rules removed (the directory is Koordinator's, and this is what makes
+a restart forget nothing), as do disks this strategy configured earlier.  ``blkioQOS`` of the LSR, LS and
+SYSTEM classes is ignored with a note, as Koordinator does (its pod-annotation ``podvolume`` path is not
+implemented here).
+
+A bad block fails the whole round before any write, with an error naming the field; the values in force
+stay.  Switched off (gate or both ``enable`` flags), the strategy removes everything it set and every rule
+left in the besteffort throttle files, and turns iocost off on the disks it turned it on for."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from koordlet.apis.nodeslo import NodeSLOSpec, ResourceQOS, ResourceQOSStrategy, default_resource_qos_strategy
+from koordlet.errors import KoordletError
+from koordlet.qosmanager import helpers
+from koordlet.qosmanager.framework import Decision, Options
+from koordlet.qosmanager.plugins.blkio import plan
+from koordlet.qosmanager.plugins.blkio.devices import BlockDevices
+from koordlet.qosmanager.plugins.blkio.plan import COST_QOS, THROTTLES, WEIGHT, DeviceLimits, PlanError, RootCost
+from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
+from koordlet.system.resources import REGISTRY
+
+log = logging.getLogger(__name__)
+
+NAME = "blkio"
+GATE = "BlkIOReconcile"
+BE_FIELD = "resourceQOSStrategy.beClass.blkioQOS"
+ROOT_FIELD = "resourceQOSStrategy.cgroupRoot.blkioQOS"
+_IGNORED = (("lsrClass", "lsr_class"), ("lsClass", "ls_class"), ("systemClass", "system_class"))
+_V2_KEYS = {"rbps": "blkio_read_bps", "wbps": "blkio_write_bps", "riops": "blkio_read_iops",
+            "wiops": "blkio_write_iops"}
+
+DevNo = tuple[int, int]
+
+
+def qos_strategy(slo: NodeSLOSpec) -> ResourceQOSStrategy:
+    return slo.resource_qos_strategy or default_resource_qos_strategy()
+
+
+def _blkio(cls: ResourceQOS | None) -> Any:
+    return None if cls is None else cls.blkio_qos
+
+
+def number(dev: DevNo) -> str:
+    return f"{dev[0]}:{dev[1]}"
+
+
+@dataclass
+class _Round:
+    now: float
+    updates: list[CgroupUpdate] = field(default_factory=list)
+    cached: list[tuple[str, str, DevNo] | None] = field(default_factory=list)
+    """Per update: the sent-cache key to record once it lands, or None (removals are never cached)."""
+    known: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class BlkIOReconcile:
+    """The ``blkio`` strategy."""
+
+    name = NAME
+
+    def __init__(self, options: Options, devices: BlockDevices | None = None) -> None:
+        self.options = options
+        self.devices = devices or BlockDevices(options.layout.paths.sys_root)
+        self._be_applied: dict[DevNo, bool] = {}
+        """BE disks given limits -> whether their weight was written too."""
+        self._root_applied: set[DevNo] = set()
+        self._sent: dict[tuple[str, str, DevNo], tuple[object, float]] = {}
+        """(resource, dir, disk) -> (value, when) the executor accepted: skipped until the force-update
+        interval passes, as the executor remembers only the last line written to each file."""
+        self._last_error: str | None = None
+
+    # ------------------------------------------------------------------------------------------ protocol
+
+    def enabled(self, slo: NodeSLOSpec) -> bool:
+        """The gate and ``blkioQOS.enable`` of the BE class or the cgroup root."""
+        if not self.options.gates.get(GATE, False):
+            return False
+        strategy = qos_strategy(slo)
+        return any(cfg is not None and cfg.enable is True
+                   for cfg in (_blkio(strategy.be_class), _blkio(strategy.cgroup_root)))
+
+    def interval(self) -> float:
+        return self.options.config.reconcile_interval_seconds
+
+    def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
+        now = self.options.clock()
+        be_dir = helpers.be_qos_dir(self.options)
+        if not enabled:
+            return self._reset(now, be_dir)
+        strategy = qos_strategy(slo)
+        try:
+            limits = plan.class_limits(BE_FIELD, _blkio(strategy.be_class), self.devices)
+            root_cfg = _blkio(strategy.cgroup_root)
+            costs = plan.root_costs(ROOT_FIELD, root_cfg, self.devices)
+        except PlanError as exc:
+            return self._rejected(now, str(exc))
+        self._last_error = None
+        rnd = _Round(now)
+        for name, attr in _IGNORED:
+            cfg = _blkio(getattr(strategy, attr))
+            if cfg is not None and cfg.enable is True and cfg.blocks:
+                rnd.notes.append(f"resourceQOSStrategy.{name}.blkioQOS ignored: Koordinator applies block IO QoS "
+                                 "to the BE class and the cgroup root only")
+        be_removed = self._plan_be(rnd, be_dir, limits)
+        root_removed = self._plan_root(rnd, costs, root_cfg is not None and root_cfg.enable is True)
+        results = self._apply(rnd)
+        return self._decide(rnd, be_dir, limits, be_removed, costs, root_removed, results)
+
+    # ------------------------------------------------------------------------------------------ besteffort
+
+    def _plan_be(self, rnd: _Round, be_dir: str, limits: dict[Any, DeviceLimits]) -> list[str]:
+        """Queues the besteffort updates; returns the disks whose rules are removed."""
+        why = self._unusable(be_dir)
+        if why is not None:
+            if limits:
+                rnd.notes.append(f"BE limits not applied: {why}")
+            if self._be_applied:
+                # The cgroup (and its rules) went: a new one of the same name must get every line again,
+                # although the executor remembers writing the same text to the same path.
+                self._forget_files(be_dir, (*(k for k, _ in THROTTLES), WEIGHT))
+                self._forget_be()
+            return []
+        weight_ok = bool(REGISTRY[WEIGHT].supported(self.options.layout, be_dir))
+        if not weight_ok and any(lim.weight_percent != plan.DEFAULT_WEIGHT_PERCENT for lim in limits.values()):
+            rnd.notes.append(f"ioWeightPercent not applied: {self._why_unsupported(WEIGHT, be_dir)}")
+        wanted: dict[DevNo, DeviceLimits] = {(lim.device.major, lim.device.minor): lim for lim in limits.values()}
+        listed = self._listed_throttles(rnd, be_dir)
+        removed = sorted((listed | set(self._be_applied)) - set(wanted))
+        owner = f"{NAME}: {BE_FIELD}"
+        if removed:
+            self._forget_files(be_dir, (*(k for k, _ in THROTTLES), WEIGHT))
+        for dev in removed:
+            for key, _ in THROTTLES:
+                self._queue(rnd, key, be_dir, dev, 0, f"{owner}: disk {number(dev)} no longer configured", False)
+            if self._be_applied.get(dev) and weight_ok:
+                self._queue(rnd, WEIGHT, be_dir, dev, plan.DEFAULT_WEIGHT_PERCENT,
+                            f"{owner}: disk {number(dev)} no longer configured", False)
+            self._be_applied.pop(dev, None)
+            self._drop_sent(be_dir, dev)
+        for dev, lim in wanted.items():
+            for key, attr in THROTTLES:
+                self._queue(rnd, key, be_dir, dev, getattr(lim, attr), f"{owner}.{lim.block}", True)
+            if weight_ok:
+                self._queue(rnd, WEIGHT, be_dir, dev, lim.weight_percent, f"{owner}.{lim.block}", True)
+            self._be_applied[dev] = weight_ok
+        return [number(d) for d in removed]
+
+    def _unusable(self, be_dir: str) -> str | None:
+        descriptor = REGISTRY["blkio_write_bps"]
+        try:
+            directory = descriptor.directory(self.options.layout, be_dir)
+        except KoordletError as exc:
+            return str(exc)
+        if not os.path.isdir(directory):
+            return f"besteffort cgroup {directory} does not exist"
+        support = descriptor.supported(self.options.layout, be_dir)
+        return None if support else support.reason
+
+    def _why_unsupported(self, key: str, rel_dir: str) -> str:
+        descriptor = REGISTRY[key]
+        try:
+            spec = descriptor.spec_for(self.options.layout)
+        except KoordletError as exc:
+            return str(exc)
+        if spec.anolis_only:
+            return f"{spec.name} exists on Anolis kernels only"
+        return descriptor.supported(self.options.layout, rel_dir).reason
+
+    def _listed_throttles(self, rnd: _Round, be_dir: str) -> set[DevNo]:
+        """Disks with a limit in the besteffort throttle files (v1: a non-zero line; v2: an io.max line
+        with a key other than max)."""
+        listed: set[DevNo] = set()
+        seen_paths: set[str] = set()
+        for key, _ in THROTTLES:
+            try:
+                path = self.options.reader.path(key, be_dir)
+                if path in seen_paths:  # v2: the four keys share io.max
+                    continue
+                seen_paths.add(path)
+                text = self.options.reader.read(key, be_dir)
+            except (KoordletError, OSError) as exc:
+                rnd.notes.append(f"cannot read the {key} rules of {be_dir}: {exc}")
+                continue
+            listed |= parse_limited(str(text))
+        return listed
+
+    def _forget_be(self) -> None:
+        self._be_applied.clear()
+        self._sent = {k: v for k, v in self._sent.items() if k[0] == COST_QOS}
+
+    # ------------------------------------------------------------------------------------------ root
+
+    def _plan_root(self, rnd: _Round, costs: dict[Any, RootCost], owned: bool) -> list[str]:
+        """Queues the root iocost updates; returns the disks iocost is turned off for.  Disks listed
+        enabled in the root file are only turned off while ``cgroupRoot.blkioQOS`` is enabled: that is
+        when the NodeSLO claims the root's iocost, as Koordinator's recorder assumes."""
+        if not costs and not self._root_applied and not owned:
+            return []
+        support = REGISTRY[COST_QOS].supported(self.options.layout, "")
+        if not support:
+            if costs:
+                rnd.notes.append(f"cgroupRoot iocost not applied: {self._why_unsupported(COST_QOS, '')}")
+            self._root_applied.clear()
+            return []
+        if any(cost.user_model for cost in costs.values()):
+            rnd.notes.append("enableUserModel: io.cost.model not written (no registry resource for it)")
+        wanted = {(c.device.major, c.device.minor): c for c in costs.values()}
+        stale = set(self._root_applied)
+        if owned:
+            stale |= self._listed_cost(rnd)
+        removed = sorted(stale - set(wanted))
+        if removed:
+            self._forget_files("", (COST_QOS,))
+        for dev in removed:
+            self._queue(rnd, COST_QOS, "", dev, plan.cost_off(dev), f"{NAME}: {ROOT_FIELD}: disk {number(dev)} "
+                        "no longer configured", False)
+            self._root_applied.discard(dev)
+        for dev, cost in wanted.items():
+            self._queue(rnd, COST_QOS, "", dev, cost.qos, f"{NAME}: {ROOT_FIELD}.{cost.block}", True)
+            self._root_applied.add(dev)
+        return [number(d) for d in removed]
+
+    def _listed_cost(self, rnd: _Round) -> set[DevNo]:
+        try:
+            text = str(self.options.reader.read(COST_QOS, ""))
+        except (KoordletError, OSError) as exc:
+            rnd.notes.append(f"cannot read the root iocost QoS: {exc}")
+            return set()
+        listed: set[DevNo] = set()
+        for line in text.splitlines():
+            tokens = line.split()
+            dev = _devno(tokens[0]) if tokens else None
+            if dev is not None and "enable=1" in tokens[1:]:
+                listed.add(dev)
+        return listed
+
+    # ------------------------------------------------------------------------------------------ writing
+
+    def _queue(self, rnd: _Round, key: str, rel_dir: str, dev: DevNo, value: int | str, owner: str,
+               cache: bool) -> None:
+        """An int is a per-device value (``maj:min value``); a str is a whole iocost QoS line."""
+        cache_key = (key, rel_dir, dev)
+        update_value: object = (dev[0], dev[1], value) if isinstance(value, int) else value
+        if cache:
+            last = self._sent.get(cache_key)
+            if (last is not None and last[0] == update_value
+                    and last[1] > rnd.now - self.options.config.resource_force_update_seconds):
+                rnd.known += 1
+                return
+        rnd.updates.append(CgroupUpdate(key, rel_dir, update_value, owner))
+        rnd.cached.append(cache_key if cache else None)
+
+    def _apply(self, rnd: _Round) -> list[Result]:
+        results = self.options.executor.apply(rnd.updates) if rnd.updates else []
+        for result, cache_key in zip(results, rnd.cached, strict=True):
+            if cache_key is None:
+                continue
+            if result.ok:
+                self._sent[cache_key] = (result.update.value, rnd.now)
+            else:
+                self._sent.pop(cache_key, None)
+        return results
+
+    def _forget_files(self, rel_dir: str, keys: Iterable[str]) -> None:
+        """A removal must reach the kernel even when the executor wrote the same ``maj:min 0`` line to
+        that file a moment ago: the rule being removed was set behind its back since."""
+        for key in keys:
+            try:
+                self.options.executor.forget(self.options.reader.path(key, rel_dir))
+            except KoordletError:
+                continue
+
+    def _drop_sent(self, rel_dir: str, dev: DevNo) -> None:
+        for key in [k for k in self._sent if k[1] == rel_dir and k[2] == dev]:
+            del self._sent[key]
+
+    # ------------------------------------------------------------------------------------------ reset
+
+    def _reset(self, now: float, be_dir: str) -> Decision:
+        """Switched off: every limit in the besteffort files and every one set goes, iocost goes off on
+        the disks it was turned on for."""
+        rnd = _Round(now)
+        be_removed: list[str] = []
+        if self._unusable(be_dir) is None:
+            weight_ok = bool(REGISTRY[WEIGHT].supported(self.options.layout, be_dir))
+            removed = sorted(self._listed_throttles(rnd, be_dir) | set(self._be_applied))
+            self._forget_files(be_dir, (*(k for k, _ in THROTTLES), WEIGHT))
+            for dev in removed:
+                for key, _ in THROTTLES:
+                    self._queue(rnd, key, be_dir, dev, 0, f"{NAME}: switched off, reset disk {number(dev)}", False)
+                if self._be_applied.get(dev) and weight_ok:
+                    self._queue(rnd, WEIGHT, be_dir, dev, plan.DEFAULT_WEIGHT_PERCENT,
+                                f"{NAME}: switched off, reset disk {number(dev)}", False)
+            be_removed = [number(d) for d in removed]
+        root_removed = sorted(self._root_applied)
+        if root_removed and REGISTRY[COST_QOS].supported(self.options.layout, ""):
+            self._forget_files("", (COST_QOS,))
+            for dev in root_removed:
+                self._queue(rnd, COST_QOS, "", dev, plan.cost_off(dev),
+                            f"{NAME}: switched off, iocost off on disk {number(dev)}", False)
+        results = self._apply(rnd)
+        self._be_applied.clear()
+        self._root_applied.clear()
+        self._sent.clear()
+        counts = _outcomes(results)
+        numbers = {"be_dir": be_dir, "be_removed": be_removed, "root_removed": [number(d) for d in root_removed],
+                   "updates": len(rnd.updates), **counts, "problems": _problems(results), "notes": rnd.notes}
+        if not rnd.updates:
+            return Decision(NAME, now, "none", "blkio QoS off: no limit of ours left to remove", numbers)
+        summary = (f"blkio QoS off: removed the limits of {_disks(len(be_removed))} in {be_dir}"
+                   f"{f', iocost off on {_disks(len(root_removed))}' if root_removed else ''}: "
+                   f"{counts['writes']} writes{_tail(counts)}")
+        return Decision(NAME, now, "recover", summary, numbers)
+
+    # ------------------------------------------------------------------------------------------ decisions
+
+    def _rejected(self, now: float, error: str) -> Decision:
+        if error != self._last_error:
+            self._last_error = error
+            log.warning("blkio QoS configuration rejected, the values in force stay", extra={"error": error})
+        in_force = {number(d): ("with weight" if w else "throttles only") for d, w in self._be_applied.items()}
+        return Decision(NAME, now, "error", f"blkio QoS not changed: {error}",
+                        {"error": error, "be_in_force": in_force,
+                         "root_in_force": [number(d) for d in sorted(self._root_applied)]})
+
+    def _decide(self, rnd: _Round, be_dir: str, limits: dict[Any, DeviceLimits], be_removed: list[str],
+                costs: dict[Any, RootCost], root_removed: list[str], results: list[Result]) -> Decision:
+        counts = _outcomes(results)
+        be = {lim.device.number: lim.numbers() for lim in sorted(limits.values(), key=lambda x: x.device)}
+        root = {c.device.number: c.qos for c in sorted(costs.values(), key=lambda x: x.device)}
+        parts = [f"BE {be_dir}: " + (", ".join(_describe(lim) for lim in sorted(limits.values(),
+                                                                                  key=lambda x: x.device))
+                                     or "no limits")]
+        if be_removed:
+            parts.append(f"limits removed on {', '.join(be_removed)}")
+        if root:
+            parts.append(f"root iocost on {', '.join(root)}")
+        if root_removed:
+            parts.append(f"root iocost off on {', '.join(root_removed)}")
+        parts.append(f"{counts['writes']} writes{_tail(counts)}")
+        parts += rnd.notes
+        numbers = {"be_dir": be_dir, "be": be, "be_removed": be_removed, "root": root, "root_removed": root_removed,
+                   "updates": len(rnd.updates), "known": rnd.known, **counts, "problems": _problems(results),
+                   "notes": rnd.notes}
+        return Decision(NAME, rnd.now, "reconcile" if counts["writes"] else "none", "blkio: " + "; ".join(parts),
+                        numbers)
+
+
+# ------------------------------------------------------------------------------------------ file parsing
+
+
+def parse_limited(text: str) -> set[DevNo]:
+    """Disks with a limit in a v1 throttle file (``maj:min value``, value not 0) or in ``io.max``
+    (``maj:min rbps=.. wbps=.. riops=.. wiops=..``, some value not ``max``)."""
+    listed: set[DevNo] = set()
+    for line in text.splitlines():
+        tokens = line.split()
+        dev = _devno(tokens[0]) if tokens else None
+        if dev is None:
+            continue
+        for token in tokens[1:]:
+            key, sep, value = token.partition("=")
+            limited = (key in _V2_KEYS and value != "max") if sep else token != "0"
+            if limited:
+                listed.add(dev)
+    return listed
+
+
+def _devno(token: str) -> DevNo | None:
+    major, sep, minor = token.partition(":")
+    if not sep or not major.isdigit() or not minor.isdigit():
+        return None
+    return int(major), int(minor)
+
+
+def _disks(count: int) -> str:
+    return f"{count} disk{'' if count == 1 else 's'}"
+
+
+def _describe(lim: DeviceLimits) -> str:
+    pieces = [f"{short}={getattr(lim, attr)}" for short, attr in
+              (("rbps", "read_bps"), ("wbps", "write_bps"), ("riops", "read_iops"), ("wiops", "write_iops"))
+              if getattr(lim, attr)]
+    if lim.weight_percent != plan.DEFAULT_WEIGHT_PERCENT:
+        pieces.append(f"weight={lim.weight_percent}%")
+    return f"{lim.device.number} ({lim.device.name}) {' '.join(pieces) or 'no limit'}"
+
+
+def _outcomes(results: Iterable[Result]) -> dict[str, int]:
+    counted = Counter(r.outcome for r in results)
+    return {"writes": counted[Outcome.WRITTEN], "unchanged": counted[Outcome.SKIPPED_UNCHANGED],
+            "gone": counted[Outcome.GONE], "refused": counted[Outcome.UNSUPPORTED],
+            "invalid": counted[Outcome.INVALID], "failed": counted[Outcome.FAILED]}
+
+
+def _problems(results: Iterable[Result]) -> list[str]:
+    return [f"{r.path or r.update.rel_dir}: {r.outcome.value}{f' ({r.error})' if r.error else ''}"
+            for r in results if not r.ok and r.outcome is not Outcome.GONE]
+
+
+def _tail(counts: dict[str, int]) -> str:
+    parts = []
+    if counts["gone"]:
+        parts.append(f"{counts['gone']} writes to vanished cgroups")
+    bad = counts["refused"] + counts["invalid"] + counts["failed"]
+    if bad:
+        parts.append(f"{bad} writes failed")
+    return "; " + ", ".join(parts) if parts else ""
