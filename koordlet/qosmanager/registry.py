@@ -10,7 +10,15 @@ from koordlet.qosmanager.framework import Options, Strategy, StrategyFactory
 
 
 def _factories() -> list[tuple[str, StrategyFactory]]:
-    from koordlet.qosmanager.plugins import blkio, cgreconcile, cpuburst, cpuevict, cpusuppress, memoryevict
+    from koordlet.qosmanager.plugins import (
+        blkio,
+        cgreconcile,
+        coresched,
+        cpuburst,
+        cpuevict,
+        cpusuppress,
+        memoryevict,
+    )
 
     return [
         (cpusuppress.NAME, cpusuppress.new),
@@ -19,6 +27,7 @@ def _factories() -> list[tuple[str, StrategyFactory]]:
         (memoryevict.NAME, memoryevict.new),
         (cgreconcile.NAME, cgreconcile.new),
         (blkio.NAME, blkio.new),
+        (coresched.NAME, coresched.new),
     ]
 
 

@@ -1,0 +1,14 @@
+"""Core scheduling: cookies per ``koordinator.sh/core-sched-group-id`` group and ``cpu.idle`` from ``schedIdle``,
+with a ``cpu.idle`` fallback for BE where the kernel has no core scheduling (Koordinator
+``runtimehooks/hooks/coresched``)."""
+
+from __future__ import annotations
+
+from koordlet.qosmanager.framework import Options, Strategy
+from koordlet.qosmanager.plugins.coresched.strategy import GATE, NAME, CoreSched
+
+__all__ = ["GATE", "NAME", "CoreSched", "new"]
+
+
+def new(options: Options) -> Strategy:
+    return CoreSched(options)
