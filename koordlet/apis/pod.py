@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,9 @@ class Pod:
     node_name: str = ""
     creation_timestamp: str = ""
     priority_class_name: str = ""
+    ips: tuple[str, ...] = ()
+    """The pod's own addresses (``status.podIPs``, else ``status.podIP``), canonical text; empty for a
+    host-network pod, whose "pod IP" is the node's and would put all host traffic in the pod's class."""
 
     @property
     def qos(self) -> QoSClass:
@@ -112,6 +116,28 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     return dict(value)
 
 
+def _pod_ips(spec: Mapping[str, Any], status: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    if spec.get("hostNetwork") is True:
+        return ()
+    entries = _array(status.get("podIPs"), f"{where}: status.podIPs")
+    raw: list[tuple[str, Any]] = [(f"status.podIPs[{i}].ip", e.get("ip") if isinstance(e, Mapping) else e)
+                                  for i, e in enumerate(entries)]
+    if not raw and status.get("podIP"):
+        # Kubelets before dual-stack (v1.16) fill podIP only.
+        raw = [("status.podIP", status.get("podIP"))]
+    ips: list[str] = []
+    for field_name, value in raw:
+        try:
+            ip = str(ipaddress.ip_address(value)) if isinstance(value, str) else None
+        except ValueError:
+            ip = None
+        if ip is None:
+            raise ParseError(f"{where}: {field_name} {value!r} is not an IP address")
+        if ip not in ips:
+            ips.append(ip)
+    return tuple(ips)
+
+
 def kube_qos_of(containers: list[Container]) -> KubeQoS | None:
     """Kubernetes' QoS rule, for pods whose status has no qosClass yet (pkg/apis/core/v1/helper/qos)."""
     if not containers:
@@ -175,6 +201,7 @@ def pod_from_json(obj: Any) -> Pod:
         node_name=str(spec.get("nodeName") or ""),
         creation_timestamp=str(meta.get("creationTimestamp") or ""),
         priority_class_name=str(spec.get("priorityClassName") or ""),
+        ips=_pod_ips(spec, status, where),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,8 @@ from koordlet import native
 from koordlet.apis.nodemetric import NodeMetricCollectPolicy
 from koordlet.cli.daemon import Component
 from koordlet.config import gates
-from koordlet.config.types import Config
+from koordlet.config.types import Config, QoSManagerConfig
+from koordlet.errors import ConfigError
 from koordlet.metriccache import CacheSettings, MetricCache, names
 from koordlet.metriccache.component import MetricCacheComponent
 from koordlet.metrics import KoordletMetrics
@@ -31,6 +32,10 @@ from koordlet.qosmanager.nodeslo import FileNodeSLOSource, NodeSLOHolder
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.qosmanager.registry import build_strategies
 from koordlet.resourceexecutor import AuditLog, ResourceExecutor
+from koordlet.resourceexecutor.coresched import CoreSchedExecutor
+from koordlet.resourceexecutor.netqos import NetQoS
+from koordlet.resourceexecutor.tc import TcNetQoS
+from koordlet.resourceexecutor.terway import TerwayNetQoS
 from koordlet.statesinformer.informer import StatesInformer
 from koordlet.statesinformer.kubelet import KubeletClient, KubeletOptions
 from koordlet.statesinformer.kubeletconfig import KubeletConfigSync
@@ -157,6 +162,19 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo) -> Agent:
     return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos)
 
 
+def netqos_backends(qos: QoSManagerConfig, informer: StatesInformer) -> Callable[[str], NetQoS]:
+    """NodeSLO ``netQOSPolicy`` -> its backend; the strategy asks once per policy and keeps the backend."""
+
+    def backend(policy: str) -> NetQoS:
+        if policy == "terway-qos":
+            return TerwayNetQoS(qos.terway_qos_dir, pods=informer.pods)
+        if policy == "tc":
+            return TcNetQoS(qos.net_interface)
+        raise ConfigError(f"netQOSPolicy: unknown policy {policy!r} (tc or terway-qos)")
+
+    return backend
+
+
 def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess, informer: StatesInformer,
               cache: MetricCache, metrics: KoordletMetrics, effective_gates: Mapping[str, bool]
               ) -> tuple[ResourceExecutor, QoSManager]:
@@ -173,6 +191,8 @@ def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess,
         layout=layout, driver=driver.driver, informer=informer, cache=cache, executor=executor, evictor=evictions,
         reader=CgroupReader(layout), config=qos, collector=config.collector, gates=effective_gates, clock=time.time,
         decisions=qos_framework.DecisionLog(), metrics=metrics.qos, kube_parent=config.host.cgroup_kube_parent,
+        coresched=CoreSchedExecutor(native, audit, time.monotonic, metrics.executor),
+        netqos=netqos_backends(qos, informer),
     )
     holder = NodeSLOHolder()
     source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file else None

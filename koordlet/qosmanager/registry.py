@@ -18,6 +18,7 @@ def _factories() -> list[tuple[str, StrategyFactory]]:
         cpuevict,
         cpusuppress,
         memoryevict,
+        netqos,
     )
 
     return [
@@ -28,6 +29,7 @@ def _factories() -> list[tuple[str, StrategyFactory]]:
         (cgreconcile.NAME, cgreconcile.new),
         (blkio.NAME, blkio.new),
         (coresched.NAME, coresched.new),
+        (netqos.NAME, netqos.new),
     ]
 
 

@@ -135,3 +135,27 @@ def test_pod_list_errors_name_the_field() -> None:
 def test_wrong_types_are_parse_errors(bad: dict[str, object]) -> None:
     with pytest.raises(ParseError, match="expected an"):
         pod_from_json(bad)
+
+
+@pytest.mark.parametrize(("spec", "status", "ips"), [
+    ({}, {"podIP": "10.0.0.5", "podIPs": [{"ip": "10.0.0.5"}, {"ip": "fd00::0005"}]}, ("10.0.0.5", "fd00::5")),
+    ({}, {"podIP": "10.0.0.5"}, ("10.0.0.5",)),  # pre-dual-stack kubelet: podIP only
+    ({}, {"podIPs": []}, ()),  # pending: no address yet
+    ({}, {"podIPs": [{"ip": "10.0.0.5"}, {"ip": "10.0.0.5"}]}, ("10.0.0.5",)),
+    ({"hostNetwork": True}, {"podIP": "192.168.1.10", "podIPs": [{"ip": "192.168.1.10"}]}, ()),
+])
+def test_pod_ips(spec: dict[str, object], status: dict[str, object], ips: tuple[str, ...]) -> None:
+    obj = _pod(**status)
+    obj["spec"].update(spec)  # type: ignore[attr-defined]
+    assert pod_from_json(obj).ips == ips
+
+
+@pytest.mark.parametrize(("status", "message"), [
+    ({"podIPs": [{"ip": "10.0.0.300"}]}, r"be-demo: status.podIPs\[0\].ip '10.0.0.300' is not an IP address"),
+    ({"podIPs": [{}]}, r"status.podIPs\[0\].ip None is not an IP address"),
+    ({"podIP": "bogus"}, r"status.podIP 'bogus' is not an IP address"),
+    ({"podIPs": {"ip": "10.0.0.1"}}, r"status.podIPs: expected an array"),
+])
+def test_bad_pod_ips_name_the_field(status: dict[str, object], message: str) -> None:
+    with pytest.raises(ParseError, match=message):
+        pod_from_json(_pod(**status))
