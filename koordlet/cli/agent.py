@@ -29,11 +29,13 @@ from koordlet.qosmanager import framework as qos_framework
 from koordlet.qosmanager.evictor import Evictions, build_backend
 from koordlet.qosmanager.manager import QoSManager
 from koordlet.qosmanager.nodeslo import FileNodeSLOSource, NodeSLOHolder
+from koordlet.qosmanager.plugins.resctrl.host import AMD_VENDOR_ID, read_vendor
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.qosmanager.registry import build_strategies
 from koordlet.resourceexecutor import AuditLog, ResourceExecutor
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.resourceexecutor.netqos import NetQoS
+from koordlet.resourceexecutor.resctrl import MB_MAX_AMD, MB_MAX_PERCENT, ResctrlExecutor
 from koordlet.resourceexecutor.tc import TcNetQoS
 from koordlet.resourceexecutor.terway import TerwayNetQoS
 from koordlet.statesinformer.informer import StatesInformer
@@ -162,6 +164,14 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo) -> Agent:
     return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos)
 
 
+def resctrl_executor(paths: HostPaths, audit: AuditLog, metrics: KoordletMetrics, force_update_seconds: float
+                     ) -> ResctrlExecutor:
+    """The resctrl writer; MB values are percentages on Intel and absolute units (2048 = unlimited) on AMD."""
+    amd = read_vendor(paths.proc("cpuinfo")) == AMD_VENDOR_ID
+    return ResctrlExecutor(paths.resctrl_root, time.monotonic, audit, metrics.executor, force_update_seconds,
+                           mb_max=MB_MAX_AMD if amd else MB_MAX_PERCENT)
+
+
 def netqos_backends(qos: QoSManagerConfig, informer: StatesInformer) -> Callable[[str], NetQoS]:
     """NodeSLO ``netQOSPolicy`` -> its backend; the strategy asks once per policy and keeps the backend."""
 
@@ -192,6 +202,7 @@ def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess,
         reader=CgroupReader(layout), config=qos, collector=config.collector, gates=effective_gates, clock=time.time,
         decisions=qos_framework.DecisionLog(), metrics=metrics.qos, kube_parent=config.host.cgroup_kube_parent,
         coresched=CoreSchedExecutor(native, audit, time.monotonic, metrics.executor),
+        resctrl=resctrl_executor(layout.paths, audit, metrics, qos.resource_force_update_seconds),
         netqos=netqos_backends(qos, informer),
     )
     holder = NodeSLOHolder()

@@ -19,6 +19,7 @@ def _factories() -> list[tuple[str, StrategyFactory]]:
         cpusuppress,
         memoryevict,
         netqos,
+        resctrl,
     )
 
     return [
@@ -30,6 +31,7 @@ def _factories() -> list[tuple[str, StrategyFactory]]:
         (blkio.NAME, blkio.new),
         (coresched.NAME, coresched.new),
         (netqos.NAME, netqos.new),
+        (resctrl.NAME, resctrl.new),
     ]
 
 
