@@ -6,13 +6,15 @@ would suppress or evict on a number that no longer describes the node."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from koordlet.apis.extension import QoSClass
 from koordlet.metriccache import names
 from koordlet.metriccache.cache import pod_labels
 from koordlet.qosmanager.framework import Options
+from koordlet.resourceexecutor import Outcome, Result
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.kubepaths import KubeQoS, qos_dir, under_parent
 
@@ -96,3 +98,28 @@ def split_usage(usage: PodUsage, pods: Sequence[PodMeta], select: Callable[[PodM
         else:
             others += value
     return SplitUsage(usage.node, matched, others, max(usage.node - matched - others, 0.0))
+
+
+def write_outcomes(results: Iterable[Result]) -> dict[str, int]:
+    """A batch's results counted by outcome, under the names decisions report them with."""
+    counted = Counter(r.outcome for r in results)
+    return {"writes": counted[Outcome.WRITTEN], "unchanged": counted[Outcome.SKIPPED_UNCHANGED],
+            "gone": counted[Outcome.GONE], "refused": counted[Outcome.UNSUPPORTED],
+            "invalid": counted[Outcome.INVALID], "failed": counted[Outcome.FAILED]}
+
+
+def write_problems(results: Iterable[Result]) -> list[str]:
+    """Writes that neither landed nor met a vanished cgroup, with the executor's reason."""
+    return [f"{r.path or r.update.rel_dir}: {r.outcome.value}{f' ({r.error})' if r.error else ''}"
+            for r in results if not r.ok and r.outcome is not Outcome.GONE]
+
+
+def write_tail(counts: Mapping[str, int]) -> str:
+    """``; 2 writes to vanished cgroups, 1 writes failed`` for a summary; empty when all landed."""
+    parts = []
+    if counts["gone"]:
+        parts.append(f"{counts['gone']} writes to vanished cgroups")
+    bad = counts["refused"] + counts["invalid"] + counts["failed"]
+    if bad:
+        parts.append(f"{bad} writes failed")
+    return "; " + ", ".join(parts) if parts else ""

@@ -136,4 +136,5 @@ def test_registry_rejects_duplicates_and_builds_all(fake_host: FakeHost, tmp_pat
         registry([("x", lambda o: Probe("x")), ("x", lambda o: Probe("x"))])
     options = make_options(fake_host, tmp_path, FakeInformer())
     names = [s.name for s in build_strategies(options)]
-    assert names == ["cpusuppress", "cpuburst", "cpuevict", "memoryevict", "cgreconcile", "blkio", "coresched", "netqos", "resctrl"]
+    assert names == ["cpusuppress", "cpuburst", "cpuevict", "memoryevict", "cgreconcile", "blkio", "coresched",
+                     "netqos", "resctrl"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +32,7 @@ from koordlet.qosmanager.framework import Decision, Options
 from koordlet.qosmanager.plugins.blkio import plan
 from koordlet.qosmanager.plugins.blkio.devices import BlockDevices
 from koordlet.qosmanager.plugins.blkio.plan import COST_QOS, THROTTLES, WEIGHT, DeviceLimits, PlanError, RootCost
-from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
+from koordlet.resourceexecutor import CgroupUpdate, Result
 from koordlet.system.resources import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -320,14 +319,15 @@ class BlkIOReconcile:
         self._be_applied.clear()
         self._root_applied.clear()
         self._sent.clear()
-        counts = _outcomes(results)
+        counts = helpers.write_outcomes(results)
         numbers = {"be_dir": be_dir, "be_removed": be_removed, "root_removed": [number(d) for d in root_removed],
-                   "updates": len(rnd.updates), **counts, "problems": _problems(results), "notes": rnd.notes}
+                   "updates": len(rnd.updates), **counts, "problems": helpers.write_problems(results),
+                   "notes": rnd.notes}
         if not rnd.updates:
             return Decision(NAME, now, "none", "blkio QoS off: no limit of ours left to remove", numbers)
         summary = (f"blkio QoS off: removed the limits of {_disks(len(be_removed))} in {be_dir}"
                    f"{f', iocost off on {_disks(len(root_removed))}' if root_removed else ''}: "
-                   f"{counts['writes']} writes{_tail(counts)}")
+                   f"{counts['writes']} writes{helpers.write_tail(counts)}")
         return Decision(NAME, now, "recover", summary, numbers)
 
     # ------------------------------------------------------------------------------------------ decisions
@@ -343,7 +343,7 @@ class BlkIOReconcile:
 
     def _decide(self, rnd: _Round, be_dir: str, limits: dict[Any, DeviceLimits], be_removed: list[str],
                 costs: dict[Any, RootCost], root_removed: list[str], results: list[Result]) -> Decision:
-        counts = _outcomes(results)
+        counts = helpers.write_outcomes(results)
         be = {lim.device.number: lim.numbers() for lim in sorted(limits.values(), key=lambda x: x.device)}
         root = {c.device.number: c.qos for c in sorted(costs.values(), key=lambda x: x.device)}
         parts = [f"BE {be_dir}: " + (", ".join(_describe(lim) for lim in sorted(limits.values(),
@@ -355,11 +355,11 @@ class BlkIOReconcile:
             parts.append(f"root iocost on {', '.join(root)}")
         if root_removed:
             parts.append(f"root iocost off on {', '.join(root_removed)}")
-        parts.append(f"{counts['writes']} writes{_tail(counts)}")
+        parts.append(f"{counts['writes']} writes{helpers.write_tail(counts)}")
         parts += rnd.notes
         numbers = {"be_dir": be_dir, "be": be, "be_removed": be_removed, "root": root, "root_removed": root_removed,
-                   "updates": len(rnd.updates), "known": rnd.known, **counts, "problems": _problems(results),
-                   "notes": rnd.notes}
+                   "updates": len(rnd.updates), "known": rnd.known, **counts,
+                   "problems": helpers.write_problems(results), "notes": rnd.notes}
         return Decision(NAME, rnd.now, "reconcile" if counts["writes"] else "none", "blkio: " + "; ".join(parts),
                         numbers)
 
@@ -404,23 +404,4 @@ def _describe(lim: DeviceLimits) -> str:
     return f"{lim.device.number} ({lim.device.name}) {' '.join(pieces) or 'no limit'}"
 
 
-def _outcomes(results: Iterable[Result]) -> dict[str, int]:
-    counted = Counter(r.outcome for r in results)
-    return {"writes": counted[Outcome.WRITTEN], "unchanged": counted[Outcome.SKIPPED_UNCHANGED],
-            "gone": counted[Outcome.GONE], "refused": counted[Outcome.UNSUPPORTED],
-            "invalid": counted[Outcome.INVALID], "failed": counted[Outcome.FAILED]}
 
-
-def _problems(results: Iterable[Result]) -> list[str]:
-    return [f"{r.path or r.update.rel_dir}: {r.outcome.value}{f' ({r.error})' if r.error else ''}"
-            for r in results if not r.ok and r.outcome is not Outcome.GONE]
-
-
-def _tail(counts: dict[str, int]) -> str:
-    parts = []
-    if counts["gone"]:
-        parts.append(f"{counts['gone']} writes to vanished cgroups")
-    bad = counts["refused"] + counts["invalid"] + counts["failed"]
-    if bad:
-        parts.append(f"{bad} writes failed")
-    return "; " + ", ".join(parts) if parts else ""

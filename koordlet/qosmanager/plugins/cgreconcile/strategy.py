@@ -44,7 +44,7 @@ from koordlet.qosmanager.framework import Decision, Options
 from koordlet.qosmanager.plugins.cgreconcile import calc
 from koordlet.qosmanager.plugins.cgreconcile.calc import PAGE_SIZE, MemoryValues
 from koordlet.qosmanager.plugins.cgreconcile.podconfig import PodConfigs, class_config
-from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
+from koordlet.resourceexecutor import CgroupUpdate, Result
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.kubepaths import KubeQoS
 from koordlet.system.resources import REGISTRY
@@ -360,21 +360,21 @@ class CgroupReconcile:
                         f"{NAME}: memory QoS switched off, reset QoS level", cache=False)
         results = self.options.executor.apply(rnd.updates) if rnd.updates else []
         self._forget_all()
-        counts = _outcomes(results)
+        counts = helpers.write_outcomes(results)
         numbers = {"reset_pods": rnd.reset_pods, "reset_qos_dirs": qos_dirs, "updates": len(rnd.updates),
-                   **counts, "unsupported": unsupported, "problems": _problems(results)}
+                   **counts, "unsupported": unsupported, "problems": helpers.write_problems(results)}
         if not rnd.updates:
             return self._decision(now, "none", "memory QoS off: nothing of ours to reset", numbers)
         summary = (f"memory QoS off: reset {len(rnd.reset_pods)} pods and {len(qos_dirs)} QoS dirs to the kernel "
                    f"defaults: {counts['writes']} writes, {counts['unchanged']} values already in place"
-                   f"{_tail(counts)}")
+                   f"{helpers.write_tail(counts)}")
         return self._decision(now, "recover", summary, numbers)
 
     # ------------------------------------------------------------------------------------------ decision
 
     def _decide(self, rnd: _Round, results: list[Result], unsupported: dict[str, str], allocatable: int
                 ) -> Decision:
-        counts = _outcomes(results)
+        counts = helpers.write_outcomes(results)
         by_class = ", ".join(f"{c} {n}" for c, n in sorted(rnd.classes.items()))
         pods = sum(rnd.classes.values())
         summary = (f"memory QoS on {pods} pods{f' ({by_class})' if by_class else ''}: {counts['writes']} writes, "
@@ -383,12 +383,12 @@ class CgroupReconcile:
             summary += f"; {len(rnd.bad_annotations)} pods skipped (bad memoryQOS annotation)"
         if rnd.reset_pods:
             summary += f"; {len(rnd.reset_pods)} pods reset"
-        summary += _tail(counts)
+        summary += helpers.write_tail(counts)
         numbers = {
             "pods": pods, "by_class": dict(rnd.classes), "updates": len(rnd.updates), "known": rnd.known, **counts,
             "unsupported": unsupported, "skipped_pods": rnd.bad_annotations, "reset_pods": rnd.reset_pods,
             "node_allocatable_bytes": allocatable, "page_size": self.page_size, "qos": rnd.qos,
-            "pod_values": rnd.pods, "problems": _problems(results),
+            "pod_values": rnd.pods, "problems": helpers.write_problems(results),
         }
         return self._decision(rnd.now, "reconcile" if counts["writes"] else "none", summary, numbers)
 
@@ -396,24 +396,4 @@ class CgroupReconcile:
         return Decision(NAME, now, action, summary, numbers)
 
 
-def _outcomes(results: list[Result]) -> dict[str, int]:
-    counted = Counter(r.outcome for r in results)
-    return {"writes": counted[Outcome.WRITTEN], "unchanged": counted[Outcome.SKIPPED_UNCHANGED],
-            "gone": counted[Outcome.GONE], "refused": counted[Outcome.UNSUPPORTED],
-            "invalid": counted[Outcome.INVALID], "failed": counted[Outcome.FAILED]}
 
-
-def _problems(results: list[Result]) -> list[str]:
-    """Writes that neither landed nor met a vanished cgroup, with the executor's reason."""
-    return [f"{r.path or r.update.rel_dir}: {r.outcome.value}{f' ({r.error})' if r.error else ''}"
-            for r in results if not r.ok and r.outcome is not Outcome.GONE]
-
-
-def _tail(counts: dict[str, int]) -> str:
-    parts = []
-    if counts["gone"]:
-        parts.append(f"{counts['gone']} writes to vanished cgroups")
-    bad = counts["refused"] + counts["invalid"] + counts["failed"]
-    if bad:
-        parts.append(f"{bad} writes failed")
-    return "; " + ", ".join(parts) if parts else ""

@@ -23,7 +23,6 @@ it wrote 1.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -246,10 +245,10 @@ class CoreSched:
         self._dirs.clear()
         self._probed = False
         self._reported = None
-        counts = _outcomes(results)
+        counts = helpers.write_outcomes(results)
         numbers: dict[str, Any] = {"containers_cleared": containers, "tasks_cleared": tally.cleared,
                                    "tasks_gone": tally.gone, "idle_reset": reset, **counts,
-                                   "problems": tally.failures + _problems(results),
+                                   "problems": tally.failures + helpers.write_problems(results),
                                    "unsupported": tally.unsupported}
         if not containers and not reset:
             return Decision(NAME, now, "none", "coresched off: no cookie or cpu.idle of ours left", numbers)
@@ -262,8 +261,8 @@ class CoreSched:
     def _decide(self, rule: rules.Rule, rnd: _Round, reason: str | None, newly_unsupported: bool,
                 wanted: dict[str, str], results: list[Result]) -> Decision:
         tally = rnd.tally
-        counts = _outcomes(results)
-        problems = rnd.problems + tally.failures + _problems(results)
+        counts = helpers.write_outcomes(results)
+        problems = rnd.problems + tally.failures + helpers.write_problems(results)
         book = self._book.numbers() if self._book is not None else {}
         numbers: dict[str, Any] = {
             "cpu_policy": rules.CPU_POLICY_CORE_SCHED, "rule": rule.numbers(), "supported": reason is None,
@@ -286,16 +285,6 @@ class CoreSched:
         return Decision(NAME, rnd.now, "reconcile" if acted else "none", summary, numbers)
 
 
-def _outcomes(results: Iterable[Result]) -> dict[str, int]:
-    counted = Counter(r.outcome for r in results)
-    return {"writes": counted[Outcome.WRITTEN], "unchanged": counted[Outcome.SKIPPED_UNCHANGED],
-            "gone": counted[Outcome.GONE], "refused": counted[Outcome.UNSUPPORTED],
-            "invalid": counted[Outcome.INVALID], "failed": counted[Outcome.FAILED]}
-
-
-def _problems(results: Iterable[Result]) -> list[str]:
-    return [f"{r.path or r.update.rel_dir}: {r.outcome.value}{f' ({r.error})' if r.error else ''}"
-            for r in results if not r.ok and r.outcome is not Outcome.GONE]
 
 
 def _tail(counts: dict[str, int]) -> str:
