@@ -1,0 +1,204 @@
+"""The hook framework shared by the NRI plugin, the RuntimeHookService server and the reconciler
+(Koordinator ``runtimehooks/hooks``): what a hook is, the stages it runs at, and the runner.
+
+A hook reads a :class:`HookRequest` (the pod, the container when there is one) and states the values it
+wants through :meth:`HookContext.set`.  The runner calls the hooks of a stage in name order, each into a
+scratch :class:`Adjustment` that is merged only when the hook returned: a hook that fails leaves nothing
+half-applied.  A field two hooks both set is an error of the second one (their order must not decide a
+container's resources silently).  The failure policy is Koordinator's
+``--runtime-hooks-plugin-failure-policy``: ``Ignore`` (default) logs the hook's error and goes on with the
+next hook; ``Fail`` stops the stage at the first error, which the transport reports to the runtime.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from koordlet.apis.pod import Container, Pod
+from koordlet.errors import ConfigError, KoordletError
+
+log = logging.getLogger(__name__)
+
+
+class Stage(enum.Enum):
+    """Where in a pod's or container's life a hook runs (the RuntimeHookService method names)."""
+
+    PRE_RUN_POD_SANDBOX = "PreRunPodSandbox"
+    PRE_CREATE_CONTAINER = "PreCreateContainer"
+    PRE_START_CONTAINER = "PreStartContainer"
+    POST_START_CONTAINER = "PostStartContainer"
+    POST_STOP_CONTAINER = "PostStopContainer"
+    POST_STOP_POD_SANDBOX = "PostStopPodSandbox"
+    PRE_UPDATE_CONTAINER_RESOURCES = "PreUpdateContainerResources"
+    PRE_REMOVE_POD_SANDBOX = "PreRemovePodSandbox"
+
+
+POD_STAGES = frozenset({Stage.PRE_RUN_POD_SANDBOX, Stage.POST_STOP_POD_SANDBOX, Stage.PRE_REMOVE_POD_SANDBOX})
+"""Stages about the pod sandbox: their requests carry no container."""
+
+
+class FailurePolicy(enum.Enum):
+    IGNORE = "Ignore"
+    FAIL = "Fail"
+
+
+def failure_policy(text: str) -> FailurePolicy:
+    """``Ignore`` (also empty, as Koordinator reads it) or ``Fail``."""
+    if text in ("", FailurePolicy.IGNORE.value):
+        return FailurePolicy.IGNORE
+    if text == FailurePolicy.FAIL.value:
+        return FailurePolicy.FAIL
+    raise ConfigError(f"runtime_hooks.plugin_failure_policy: must be Ignore or Fail, got {text!r}")
+
+
+FIELDS = frozenset({
+    "cpu_shares", "cpu_quota", "cpu_period", "cpuset_cpus", "cpuset_mems", "memory_limit", "oom_score_adj",
+    "rdt_class", "blockio_class", "cgroup_parent",
+})
+"""Single-valued fields a hook may set (container resources in cgroup v1 units, as in the NRI and
+RuntimeHookService messages: shares, quota/period in microseconds, limit in bytes)."""
+MAPS = frozenset({"env", "annotations", "unified"})
+"""Keyed fields: each key (``env`` ``FOO``) is owned separately, so two hooks may add different keys."""
+
+
+class HookConflict(KoordletError):
+    """Two hooks set the same field."""
+
+
+@dataclass(frozen=True)
+class HookRequest:
+    """What a hook sees: the pod as the runtime describes it (labels, annotations, resources), the
+    container at container stages, and where their cgroups are."""
+
+    stage: Stage
+    pod: Pod
+    pod_cgroup_parent: str = ""
+    """The pod's cgroup directory relative to the hierarchy root, as the runtime was told it."""
+    container: Container | None = None
+    container_id: str = ""
+
+
+@dataclass
+class Adjustment:
+    """The values the hooks of one stage want, each with the hook that set it."""
+
+    values: dict[str, object] = field(default_factory=dict)
+    maps: dict[str, dict[str, str]] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)
+    """``field`` or ``map.key`` -> the hook that set it."""
+
+    def empty(self) -> bool:
+        return not self.values and not any(self.maps.values())
+
+    def merge(self, other: Adjustment) -> None:
+        """Takes ``other``'s values; raises :class:`HookConflict` (changing nothing) when one of its
+        fields already has another owner."""
+        for key, owner in other.owners.items():
+            mine = self.owners.get(key)
+            if mine is not None and mine != owner:
+                raise HookConflict(f"{key} is set by both hook {mine} and hook {owner}")
+        self.values.update(other.values)
+        for name, entries in other.maps.items():
+            self.maps.setdefault(name, {}).update(entries)
+        self.owners.update(other.owners)
+
+
+class HookContext:
+    """One hook's view of a stage: the request and a setter that records the hook as the owner."""
+
+    def __init__(self, request: HookRequest, hook: str) -> None:
+        self.request = request
+        self.hook = hook
+        self.adjustment = Adjustment()
+
+    def set(self, name: str, value: object) -> None:
+        if name not in FIELDS:
+            raise KoordletError(f"hook {self.hook}: unknown field {name!r} (known: {', '.join(sorted(FIELDS))})")
+        self.adjustment.values[name] = value
+        self.adjustment.owners[name] = self.hook
+
+    def set_entry(self, name: str, key: str, value: str) -> None:
+        if name not in MAPS:
+            raise KoordletError(f"hook {self.hook}: unknown map {name!r} (known: {', '.join(sorted(MAPS))})")
+        self.adjustment.maps.setdefault(name, {})[key] = value
+        self.adjustment.owners[f"{name}.{key}"] = self.hook
+
+
+@dataclass(frozen=True)
+class Hook:
+    """A named function run at some stages; ``fn`` states values through the context and raises on error."""
+
+    name: str
+    description: str
+    stages: frozenset[Stage]
+    fn: Callable[[HookContext], None]
+
+
+class HookMetricsSink(Protocol):
+    def hook_duration(self, hook: str, stage: str, ok: bool, seconds: float) -> None: ...
+
+
+class NullHookMetrics:
+    def hook_duration(self, hook: str, stage: str, ok: bool, seconds: float) -> None: ...
+
+
+@dataclass
+class StageResult:
+    """The merged adjustment, the errors of hooks that failed (``hook: reason``), and whether the stage
+    failed as a whole (policy Fail)."""
+
+    adjustment: Adjustment
+    errors: list[str] = field(default_factory=list)
+    failed: bool = False
+    ran: list[str] = field(default_factory=list)
+
+
+class HookRunner:
+    """Runs the hooks of a stage in name order under a failure policy; ``disabled`` stages run nothing
+    (Koordinator ``--runtime-hooks-disable-stages``)."""
+
+    def __init__(self, hooks: Iterable[Hook], policy: FailurePolicy = FailurePolicy.IGNORE,
+                 metrics: HookMetricsSink | None = None, disabled: Iterable[Stage] = (),
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        ordered = sorted(hooks, key=lambda h: h.name)
+        names = [h.name for h in ordered]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigError(f"duplicate runtime hook names: {', '.join(duplicates)}")
+        self.policy = policy
+        self._metrics: HookMetricsSink = metrics or NullHookMetrics()
+        self._disabled = frozenset(disabled)
+        self._clock = clock
+        self._by_stage: Mapping[Stage, tuple[Hook, ...]] = {
+            stage: tuple(h for h in ordered if stage in h.stages) for stage in Stage}
+
+    def hooks(self, stage: Stage) -> tuple[Hook, ...]:
+        return () if stage in self._disabled else self._by_stage[stage]
+
+    def run(self, request: HookRequest) -> StageResult:
+        result = StageResult(Adjustment())
+        for hook in self.hooks(request.stage):
+            ctx = HookContext(request, hook.name)
+            started = self._clock()
+            error: str | None = None
+            try:
+                hook.fn(ctx)
+                result.adjustment.merge(ctx.adjustment)
+            except Exception as exc:  # a hook's bug must not take the runtime's request down with it
+                error = f"{hook.name}: {exc}"
+            self._metrics.hook_duration(hook.name, request.stage.value, error is None, self._clock() - started)
+            result.ran.append(hook.name)
+            if error is None:
+                continue
+            result.errors.append(error)
+            log.warning("runtime hook failed", extra={"hook": hook.name, "stage": request.stage.value,
+                                                       "pod": request.pod.key, "error": error})
+            if self.policy is FailurePolicy.FAIL:
+                result.failed = True
+                break
+        return result
