@@ -74,7 +74,9 @@ class Pod:
         return self.phase in ("Succeeded", "Failed")
 
 
-def _resources(spec: Any, where: str) -> Resources:
+def resources_from_json(spec: Any, where: str) -> Resources:
+    """A Kubernetes resource list (``{"cpu": "500m", "kubernetes.io/batch-cpu": "1k"}``); ``where`` names it
+    in errors."""
     if spec is None:
         return Resources()
     if not isinstance(spec, Mapping):
@@ -177,8 +179,8 @@ def pod_from_json(obj: Any) -> Pod:
         containers.append(Container(
             name=c["name"],
             container_id=str(ids.get(c["name"], "")),
-            requests=_resources(res.get("requests"), f"{where}: spec.containers[{i}].resources.requests"),
-            limits=_resources(res.get("limits"), f"{where}: spec.containers[{i}].resources.limits"),
+            requests=resources_from_json(res.get("requests"), f"{where}: spec.containers[{i}].resources.requests"),
+            limits=resources_from_json(res.get("limits"), f"{where}: spec.containers[{i}].resources.limits"),
         ))
     kube_qos_text = status.get("qosClass")
     try:

@@ -1,0 +1,1 @@
+"""One package per runtime hook; each exports ``NAME`` and ``new(options) -> Hook``."""
