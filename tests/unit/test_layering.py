@@ -7,7 +7,7 @@ Rules (CONVENTIONS #8, #20):
 2. ``koordlet.native`` imports only the standard library, ``koordlet.errors`` and ``koordlet._native``.
 3. Nothing but ``koordlet.native`` imports the compiled ``koordlet._native`` (tests and tools included).
 4. ``runtimeproxy`` imports nothing of ``koordlet`` except the generated protocol stubs listed in
-   :data:`RUNTIMEPROXY_MAY_IMPORT` (none are generated yet, so today: nothing).
+   :data:`RUNTIMEPROXY_MAY_IMPORT` (the RuntimeHookService stubs).
 5. A plugin package never imports a sibling plugin: under each root of :data:`PLUGIN_ROOTS`, modules of
    ``<root>.<a>`` never import ``<root>.<b>``.  Shared code belongs in the subsystem's framework.
 
@@ -34,7 +34,7 @@ NATIVE = "koordlet.native"
 COMPILED = "koordlet._native"
 ERRORS = "koordlet.errors"
 RUNTIMEPROXY = "runtimeproxy"
-RUNTIMEPROXY_MAY_IMPORT: tuple[str, ...] = ()
+RUNTIMEPROXY_MAY_IMPORT: tuple[str, ...] = ("koordlet.apis.proto.runtime.v1alpha1",)
 PLUGIN_ROOTS = (
     "koordlet.qosmanager.plugins",
     "koordlet.runtimehooks.hooks",
