@@ -1,0 +1,181 @@
+"""``cpuset`` (Koordinator ``runtimehooks/hooks/cpuset``, plugin ``CPUSetAllocator``): a container's
+``cpuset.cpus`` from where Koordinator placed its pod, in upstream's order (``cpuset.go``
+``SetContainerCPUSet`` then ``rule.go`` ``getContainerCPUSet``):
+
+1. the ``cpuset`` of the pod annotation ``scheduling.koordinator.sh/resource-status`` (the scheduler
+   binds LSE/LSR pods this way).  Such a pod also gets ``cpu_quota`` = -1: upstream
+   ``UnsetContainerCPUQuota`` unsets the CFS quota of every pod whose resource-status cpuset is not
+   empty (``util.IsPodCfsQuotaNeedUnset``; koordinator#489, bound pods must not be throttled);
+2. the resource-status ``numaNodeResources``: the shared pools of those NUMA nodes, joined with ``,``;
+3. a pod labelled ``koordinator.sh/qosClass: LS``: every shared pool, joined with ``,``;
+4. a BestEffort pod (kube QoS BestEffort, or labelled BE): ``""``, i.e. the container inherits its
+   parent's cpuset, which the BE suppress policy (``qosmanager`` cpusuppress) keeps; upstream writes
+   ``""`` rather than skipping so a kubelet static-policy cpuset in the CRI request is cleared;
+5. anything else: left alone.
+
+The shared pools come from the node annotation ``node.koordinator.sh/cpu-shared-pools``
+(``[{"socket": 0, "node": 0, "cpuset": "0-7"}, ...]``).  A :class:`HookRequest` carries no node, so the
+hook is a :class:`CpusetHook` built with a ``shared_pools`` source: a callable returning that
+annotation's raw text, or None while the node topology is not known; then steps 2 and 3 leave the
+container alone (upstream: no rule yet).  Steps 1 and 4 do not need the node.
+
+A garbage pod or node annotation raises :class:`KoordletError` naming the pod and the annotation before
+anything is set, so nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from koordlet.apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_QOS, QoSClass, qos_from_label
+from koordlet.apis.pod import Pod
+from koordlet.errors import KoordletError
+from koordlet.runtimehooks.framework import Hook, HookContext, Stage
+from koordlet.system.kubepaths import KubeQoS
+from koordlet.system.validators import parse_cpulist
+
+NAME = "cpuset"
+STAGES = frozenset({Stage.PRE_CREATE_CONTAINER, Stage.PRE_UPDATE_CONTAINER_RESOURCES})
+ANNOTATION_NODE_CPU_SHARED_POOLS = "node.koordinator.sh/cpu-shared-pools"
+UNSET_QUOTA = -1
+
+SharedPoolsSource = Callable[[], "str | None"]
+
+
+@dataclass(frozen=True)
+class ResourceStatus:
+    """The parts of ``scheduling.koordinator.sh/resource-status`` the hook reads."""
+
+    cpuset: str = ""
+    numa_nodes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SharedPool:
+    socket: int
+    node: int
+    cpuset: str
+
+
+def _check_cpulist(text: str, where: str) -> str:
+    try:
+        parse_cpulist(text)
+    except ValueError as exc:
+        raise KoordletError(f"{where} {text!r}: {exc}") from None
+    return text.strip()
+
+
+def _int_field(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KoordletError(f"{where}: expected an integer, got {value!r}")
+    return value
+
+
+def resource_status(pod: Pod) -> ResourceStatus:
+    """The pod's resource-status annotation (empty without one); raises :class:`KoordletError` naming
+    the pod and the annotation when it is garbage.
+
+    Duplicates the reading in ``qosmanager/plugins/cpusuppress/cpuset_policy.pod_cpuset`` on purpose:
+    a hook must not import a sibling subsystem's plugin, and this one also reads ``numaNodeResources``."""
+    raw = pod.annotations.get(ANNOTATION_RESOURCE_STATUS)
+    if not raw:
+        return ResourceStatus()
+    where = f"pod {pod.key}: annotation {ANNOTATION_RESOURCE_STATUS}"
+    try:
+        status = json.loads(raw)
+    except ValueError as exc:
+        raise KoordletError(f"{where}: not JSON: {exc}") from None
+    if not isinstance(status, dict):
+        raise KoordletError(f"{where}: expected a JSON object")
+    cpuset = status.get("cpuset")
+    if cpuset is None:
+        cpuset = ""
+    if not isinstance(cpuset, str):
+        raise KoordletError(f"{where}: cpuset: expected a string, got {cpuset!r}")
+    cpuset = _check_cpulist(cpuset, f"{where}: cpuset")
+    numa = status.get("numaNodeResources")
+    if numa is None:
+        numa = []
+    if not isinstance(numa, list):
+        raise KoordletError(f"{where}: numaNodeResources: expected a list")
+    nodes: list[int] = []
+    for i, entry in enumerate(numa):
+        if not isinstance(entry, dict):
+            raise KoordletError(f"{where}: numaNodeResources[{i}]: expected an object")
+        nodes.append(_int_field(entry.get("node", 0), f"{where}: numaNodeResources[{i}].node"))
+    return ResourceStatus(cpuset, tuple(nodes))
+
+
+def shared_pools(raw: str, pod: Pod) -> list[SharedPool]:
+    """The node's ``cpu-shared-pools`` annotation; errors name the pod being handled and the annotation."""
+    where = f"pod {pod.key}: node annotation {ANNOTATION_NODE_CPU_SHARED_POOLS}"
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise KoordletError(f"{where}: not JSON: {exc}") from None
+    if not isinstance(value, list):
+        raise KoordletError(f"{where}: expected a JSON list")
+    pools: list[SharedPool] = []
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            raise KoordletError(f"{where}: [{i}]: expected an object")
+        cpuset = entry.get("cpuset", "")
+        if not isinstance(cpuset, str):
+            raise KoordletError(f"{where}: [{i}].cpuset: expected a string, got {cpuset!r}")
+        pools.append(SharedPool(socket=_int_field(entry.get("socket", 0), f"{where}: [{i}].socket"),
+                                node=_int_field(entry.get("node", 0), f"{where}: [{i}].node"),
+                                cpuset=_check_cpulist(cpuset, f"{where}: [{i}].cpuset")))
+    return pools
+
+
+def _is_besteffort(pod: Pod) -> bool:
+    return pod.kube_qos is KubeQoS.BESTEFFORT or qos_from_label(pod.labels.get(LABEL_QOS)) is QoSClass.BE
+
+
+class CpusetHook:
+    """The hook with its shared-pool source (see the module doc)."""
+
+    def __init__(self, shared_pools_source: SharedPoolsSource | None = None) -> None:
+        self._source = shared_pools_source
+
+    def _pools(self, pod: Pod) -> list[SharedPool] | None:
+        raw = self._source() if self._source is not None else None
+        return None if raw is None else shared_pools(raw, pod)
+
+    def cpuset(self, pod: Pod) -> tuple[str | None, bool]:
+        """(the container's cpuset or None to leave it, whether the CFS quota is unset)."""
+        status = resource_status(pod)
+        if status.cpuset:
+            return status.cpuset, True
+        label = qos_from_label(pod.labels.get(LABEL_QOS))
+        if status.numa_nodes or label is QoSClass.LS:
+            pools = self._pools(pod)
+            if pools is not None:
+                if status.numa_nodes:
+                    return ",".join(p.cpuset for n in status.numa_nodes for p in pools if p.node == n), False
+                return ",".join(p.cpuset for p in pools), False
+            if label is QoSClass.LS:
+                return None, False
+        if _is_besteffort(pod):
+            return "", False
+        return None, False
+
+    def run(self, ctx: HookContext) -> None:
+        if ctx.request.container is None:
+            return
+        value, unset_quota = self.cpuset(ctx.request.pod)
+        if value is None:
+            return
+        ctx.set("cpuset_cpus", value)
+        if unset_quota:
+            ctx.set("cpu_quota", UNSET_QUOTA)
+
+
+def new(shared_pools_source: SharedPoolsSource | None = None) -> Hook:
+    """The hook; ``shared_pools_source`` returns the node's ``node.koordinator.sh/cpu-shared-pools``
+    annotation text, or None when the node topology is not known yet."""
+    hook = CpusetHook(shared_pools_source)
+    return Hook(NAME, "container cpuset.cpus from the pod's CPU binding, the shared pools, \"\" for BE",
+                STAGES, hook.run)
