@@ -1,0 +1,173 @@
+"""The RuntimeHookService server on a unix socket, and its registration with koord-runtime-proxy.
+
+Every method converts the request (:mod:`.convert`), runs the stage's hooks and answers with the request's
+values adjusted.  A stage that failed as a whole (hook failure policy ``Fail``) is answered with
+``INTERNAL`` and the hooks' errors, so the proxy applies *its* failure policy (``failure-policy`` of the
+registration file: ``Fail`` fails the CRI call, ``Ignore`` forwards the original request).  Hook errors
+under policy ``Ignore`` are logged by the runner and the merged adjustment of the other hooks is returned.
+
+The registration file is ``<registration_dir>/koordlet.json``
+(``{"remote-endpoint", "failure-policy", "runtime-hooks"}``, Koordinator ``pkg/runtimeproxy/config``
+``RuntimeHookConfig``), written atomically so the proxy's file watcher never reads half of it, and removed
+on stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+
+from koordlet.apis.proto.runtime.v1alpha1 import api_pb2_grpc
+from koordlet.errors import KoordletError
+from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
+from koordlet.runtimehooks.framework import failure_policy as parse_failure_policy
+from koordlet.runtimehooks.hookserver import convert
+
+log = logging.getLogger(__name__)
+
+REGISTRATION_FILE = "koordlet.json"
+SOCKET_MODE = 0o600
+MAX_WORKERS = 4
+STOP_GRACE_SECONDS = 2.0
+RUNTIME_HOOKS: tuple[str, ...] = tuple(stage.value for stage in convert.RPC_STAGES.values())
+"""The hook types advertised to the proxy (its ``RuntimeHookType`` names: the stage, no ``Hook`` suffix)."""
+
+
+class _Servicer(api_pb2_grpc.RuntimeHookServiceServicer):
+    def __init__(self, runner: HookRunner) -> None:
+        self._runner = runner
+
+    def _handle(self, rpc: str, request: Any, context: Any, to_hook: Callable[[Stage, Any], HookRequest],
+                respond: Callable[[Any, Any], Any]) -> Any:
+        stage = convert.RPC_STAGES[rpc]
+        try:
+            hook_request = to_hook(stage, request)
+        except Exception as exc:  # garbage the proto decoder accepted (e.g. a zero period): tell the proxy
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{rpc}: {exc}")
+        result = self._runner.run(hook_request)
+        if result.failed:
+            context.abort(grpc.StatusCode.INTERNAL, f"{rpc}: " + "; ".join(result.errors))
+        return respond(request, result.adjustment)
+
+    def _pod(self, rpc: str, request: Any, context: Any) -> Any:
+        return self._handle(rpc, request, context, convert.pod_sandbox_request, convert.pod_sandbox_response)
+
+    def _container(self, rpc: str, request: Any, context: Any) -> Any:
+        return self._handle(rpc, request, context, convert.container_request, convert.container_response)
+
+    def PreRunPodSandboxHook(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC method names)
+        return self._pod("PreRunPodSandboxHook", request, context)
+
+    def PostStopPodSandboxHook(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self._pod("PostStopPodSandboxHook", request, context)
+
+    def PreCreateContainerHook(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self._container("PreCreateContainerHook", request, context)
+
+    def PreStartContainerHook(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self._container("PreStartContainerHook", request, context)
+
+    def PostStartContainerHook(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self._container("PostStartContainerHook", request, context)
+
+    def PostStopContainerHook(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self._container("PostStopContainerHook", request, context)
+
+    def PreUpdateContainerResourcesHook(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return self._container("PreUpdateContainerResourcesHook", request, context)
+
+
+def _remove_stale_socket(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise KoordletError(f"runtime hook server: {path} exists and is not a socket; refusing to replace it")
+    os.unlink(path)
+
+
+def write_registration(directory: str, endpoint: str, policy: str) -> str:
+    """Writes ``<directory>/koordlet.json`` atomically (temp file + rename); returns its path."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, REGISTRATION_FILE)
+    body = {"remote-endpoint": endpoint, "failure-policy": policy, "runtime-hooks": list(RUNTIME_HOOKS)}
+    fd, tmp = tempfile.mkstemp(prefix=".koordlet.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(body, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+class HookServer:
+    """RuntimeHookService on ``unix:<socket_path>`` (mode 0600); ``failure_policy`` is what the proxy is
+    told to do when koordlet errs (Koordinator ``--runtime-hooks-failure-policy``, default Ignore)."""
+
+    def __init__(self, runner: HookRunner, socket_path: str, registration_dir: str | None,
+                 failure_policy: str = "Ignore") -> None:
+        self.policy = parse_failure_policy(failure_policy).value
+        self.runner = runner
+        self.socket_path = os.path.abspath(socket_path)
+        self.registration_dir = registration_dir
+        self.registration_path: str | None = None
+        self._server: Any = None
+
+    def start(self) -> None:
+        if self._server is not None:
+            raise KoordletError("runtime hook server: already started")
+        os.makedirs(os.path.dirname(self.socket_path), exist_ok=True)
+        _remove_stale_socket(self.socket_path)
+        server = grpc.server(ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="hookserver"))
+        api_pb2_grpc.add_RuntimeHookServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _Servicer(self.runner), server)
+        try:
+            bound = server.add_insecure_port(f"unix:{self.socket_path}")
+        except RuntimeError as exc:
+            raise KoordletError(f"runtime hook server: cannot bind unix:{self.socket_path}: {exc}") from None
+        if not bound:
+            raise KoordletError(f"runtime hook server: cannot bind unix:{self.socket_path}")
+        server.start()
+        try:
+            os.chmod(self.socket_path, SOCKET_MODE)
+            if self.registration_dir is not None:
+                self.registration_path = write_registration(self.registration_dir, self.socket_path, self.policy)
+        except BaseException:
+            server.stop(None)
+            raise
+        self._server = server
+        log.info("runtime hook server started", extra={"socket": self.socket_path,
+                                                        "registration": self.registration_path})
+
+    def stop(self) -> None:
+        """Unregisters first (the proxy stops calling), then drains the server and removes the socket."""
+        if self.registration_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.registration_path)
+            self.registration_path = None
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.stop(STOP_GRACE_SECONDS).wait()
+        try:
+            if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
+                os.unlink(self.socket_path)
+        except FileNotFoundError:
+            pass
