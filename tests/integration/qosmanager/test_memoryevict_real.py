@@ -275,9 +275,12 @@ def test_growing_be_pod_is_killed_within_one_interval(rig_factory: Callable[[str
 
     # Push usage over the threshold again right away (~74%): the cooldown holds the next eviction back.
     pids["be2b"] = rig.groups.spawn(rig.rel("be2"), HOLD.format(size=300 * MIB))
-    time.sleep(0.5)
+    # memory.stat shows the new allocation only after the kernel's periodic stats flush (~2 s here).
+    crossed = time.monotonic() + 2 * KERNEL_STAT_LAG
+    while rig.percent() < THRESHOLD_PERCENT and time.monotonic() < crossed:
+        time.sleep(0.05)
     assert rig.percent() >= THRESHOLD_PERCENT
-    deadline = first_at + COOL + 2 * INTERVAL
+    deadline = max(first_at + COOL, time.monotonic()) + 2 * INTERVAL
     while time.monotonic() < deadline and len(rig.evictions()) < 2:
         time.sleep(0.05)
     rig.halt()
