@@ -70,6 +70,8 @@ setup(
             "pytest>=8.0",
             "hypothesis>=6.98",
             "pytest-timeout>=2.3.1",
+            # The committed protocol stubs are checked against proto/ (tests/unit/apis/test_proto.py).
+            "grpcio-tools==1.85.1",
         ],
         "lint": [
             "ruff>=0.5.0",
