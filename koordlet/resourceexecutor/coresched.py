@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.metrics.executor import ResourceExecutorMetrics
 from koordlet.resourceexecutor.audit import AuditEntry, Auditor
-from koordlet.resourceexecutor.executor import DEFAULT_UNSUPPORTED_RETRY_SECONDS
+from koordlet.resourceexecutor.executor import DEFAULT_UNSUPPORTED_RETRY_SECONDS, check_timings
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +125,7 @@ class CoreSchedExecutor:
         *,
         unsupported_retry_seconds: float = DEFAULT_UNSUPPORTED_RETRY_SECONDS,
     ) -> None:
-        if unsupported_retry_seconds < 0:
-            raise ConfigError(
-                f"resource_executor.unsupported_retry_seconds: must be >= 0, got {unsupported_retry_seconds!r}"
-            )
+        check_timings(0.0, unsupported_retry_seconds)
         self._native = native_module
         self._audit = audit
         self._clock = clock

@@ -89,6 +89,16 @@ class _Refused:
     reason: str
 
 
+def check_timings(force_update_seconds: float, unsupported_retry_seconds: float) -> None:
+    """The settings every writer (cgroup files, resctrl, prctl) shares; negative ones are config errors."""
+    if force_update_seconds < 0:
+        raise ConfigError(f"resource_executor.force_update_seconds: must be >= 0, got {force_update_seconds!r}")
+    if unsupported_retry_seconds < 0:
+        raise ConfigError(
+            f"resource_executor.unsupported_retry_seconds: must be >= 0, got {unsupported_retry_seconds!r}"
+        )
+
+
 class ResourceExecutor:
     """Validates, deduplicates, orders, writes and audits cgroup updates; the only cgroup writer.
 
@@ -108,12 +118,7 @@ class ResourceExecutor:
         unsupported_retry_seconds: float = DEFAULT_UNSUPPORTED_RETRY_SECONDS,
         writer: CgroupWriter | None = None,
     ) -> None:
-        if force_update_seconds < 0:
-            raise ConfigError(f"resource_executor.force_update_seconds: must be >= 0, got {force_update_seconds!r}")
-        if unsupported_retry_seconds < 0:
-            raise ConfigError(
-                f"resource_executor.unsupported_retry_seconds: must be >= 0, got {unsupported_retry_seconds!r}"
-            )
+        check_timings(force_update_seconds, unsupported_retry_seconds)
         self._layout = layout
         self._clock = clock
         self._audit = audit

@@ -38,7 +38,11 @@ from typing import Protocol
 from koordlet.errors import ConfigError, ParseError, Unsupported, from_errno
 from koordlet.metrics.executor import ResourceExecutorMetrics
 from koordlet.resourceexecutor.audit import AuditEntry, Auditor
-from koordlet.resourceexecutor.executor import DEFAULT_FORCE_UPDATE_SECONDS, DEFAULT_UNSUPPORTED_RETRY_SECONDS
+from koordlet.resourceexecutor.executor import (
+    DEFAULT_FORCE_UPDATE_SECONDS,
+    DEFAULT_UNSUPPORTED_RETRY_SECONDS,
+    check_timings,
+)
 from koordlet.resourceexecutor.update import Outcome
 from koordlet.resourceexecutor.writer import FileWriter
 
@@ -235,12 +239,7 @@ class ResctrlExecutor:
         mb_max: int = MB_MAX_PERCENT,
         writer: ResctrlWriter | None = None,
     ) -> None:
-        if force_update_seconds < 0:
-            raise ConfigError(f"resource_executor.force_update_seconds: must be >= 0, got {force_update_seconds!r}")
-        if unsupported_retry_seconds < 0:
-            raise ConfigError(
-                f"resource_executor.unsupported_retry_seconds: must be >= 0, got {unsupported_retry_seconds!r}"
-            )
+        check_timings(force_update_seconds, unsupported_retry_seconds)
         if mb_max < 1:
             raise ConfigError(f"resctrl mb_max: must be positive, got {mb_max!r}")
         self.root = os.path.normpath(root)
