@@ -15,6 +15,7 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
     exit 0
 fi
 
+bash "$(dirname "$0")/containerd17.sh" >/dev/null || echo "host-deps: containerd 1.7 (NRI tests) not fetched"
 missing=()
 for pkg in "${packages[@]}"; do
     # `dpkg -s` also succeeds for removed packages whose config files remain; ask for the real state.

@@ -25,9 +25,11 @@ PACKAGE = "koordlet.apis.proto"
 PROTO_ROOT = PACKAGE_DIR.parents[2] / "proto"
 
 # Proto source (relative to PROTO_ROOT) -> whether it gets a gRPC service module. The NRI services run
-# over ttrpc, where gRPC stubs would only mislead.
+# over ttrpc, where gRPC stubs would only mislead. CRI (package runtime.v1) lives under cri/ so that its
+# module path cannot collide with koordinator's runtime/v1alpha1.
 SOURCES: dict[str, bool] = {
     "runtime/v1alpha1/api.proto": True,
+    "cri/runtime/v1/api.proto": True,
     "nri/v1alpha1/api.proto": False,
     "ttrpc/request.proto": False,
 }
