@@ -14,7 +14,7 @@ from koordlet import native
 from koordlet.apis.nodemetric import NodeMetricCollectPolicy
 from koordlet.cli.daemon import Component
 from koordlet.config import gates
-from koordlet.config.types import Config, QoSManagerConfig
+from koordlet.config.types import Config, QoSManagerConfig, split_list
 from koordlet.errors import ConfigError
 from koordlet.metriccache import CacheSettings, MetricCache, names
 from koordlet.metriccache.component import MetricCacheComponent
@@ -29,6 +29,7 @@ from koordlet.qosmanager import framework as qos_framework
 from koordlet.qosmanager.evictor import Evictions, build_backend
 from koordlet.qosmanager.manager import QoSManager
 from koordlet.qosmanager.nodeslo import FileNodeSLOSource, NodeSLOHolder
+from koordlet.qosmanager.plugins.coresched.cookies import CookieBook
 from koordlet.qosmanager.plugins.resctrl.host import AMD_VENDOR_ID, read_vendor
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.qosmanager.registry import build_strategies
@@ -38,6 +39,11 @@ from koordlet.resourceexecutor.netqos import NetQoS
 from koordlet.resourceexecutor.resctrl import MB_MAX_AMD, MB_MAX_PERCENT, ResctrlExecutor
 from koordlet.resourceexecutor.tc import TcNetQoS
 from koordlet.resourceexecutor.terway import TerwayNetQoS
+from koordlet.runtimehooks.apply import Applier
+from koordlet.runtimehooks.component import RuntimeHooks
+from koordlet.runtimehooks.deps import HookDeps
+from koordlet.runtimehooks.framework import HookRunner, Stage, failure_policy
+from koordlet.runtimehooks.hooks import build_hooks
 from koordlet.statesinformer.informer import StatesInformer
 from koordlet.statesinformer.kubelet import KubeletClient, KubeletOptions
 from koordlet.statesinformer.kubeletconfig import KubeletConfigSync
@@ -113,9 +119,13 @@ class Agent:
     driver: DriverGuess
     executor: ResourceExecutor
     qos: QoSManager
+    hooks: RuntimeHooks
 
 
-def build_agent(config: Config, state_dir: Path, node: NodeInfo) -> Agent:
+def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping[str, bool] | None = None
+                ) -> Agent:
+    """``probes``: host capabilities by probe name (``koordlet.system.probes``); None: treat every optional
+    kernel feature as absent."""
     paths = host_paths(config)
     layout = detect_layout(paths)
     driver = detect_driver(layout, config.host.cgroup_kube_parent)
@@ -144,6 +154,7 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo) -> Agent:
     )
     server = MetricsServer(metrics.routes, config.server.addr)
     executor, qos = build_qos(config, state_dir, layout, driver, informer, cache, metrics, effective_gates)
+    hooks = build_runtime_hooks(config, layout, informer, qos, metrics, effective_gates, probes or {})
 
     components: list[Component] = [MetricCacheComponent(cache, config.metric_cache.flush_interval_seconds), informer]
     if not config.standalone:
@@ -160,8 +171,23 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo) -> Agent:
         config_sync = KubeletConfigSync(KubeletClient(options_k), kubelet.sync_interval_seconds,
                                         informer.set_reservation)
         components += [source, config_sync]
-    components += [advisor, reporter, qos, server]
-    return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos)
+    components += [advisor, reporter, qos, hooks, server]
+    return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos, hooks)
+
+
+def build_runtime_hooks(config: Config, layout: Any, informer: StatesInformer, qos: QoSManager,
+                        metrics: KoordletMetrics, effective_gates: Mapping[str, bool], probes: Mapping[str, bool]
+                        ) -> RuntimeHooks:
+    """The hooks (those whose gate is on) over the QoS manager's executors and NodeSLO, and their transports."""
+    options = qos.options
+    deps = HookDeps(layout=layout, gates=effective_gates, probes=probes,
+                    nodeslo=lambda: qos.holder.current().spec, coresched=options.coresched, cookies=options.cookies,
+                    resctrl=options.resctrl)
+    hooks_config = config.runtime_hooks
+    runner = HookRunner(build_hooks(deps), failure_policy(hooks_config.plugin_failure_policy),
+                        metrics.runtime_hooks, disabled=[Stage(s) for s in split_list(hooks_config.disable_stages)])
+    applier = Applier(options.executor.apply)
+    return RuntimeHooks(hooks_config, runner, applier, informer, metrics.runtime_hooks)
 
 
 def resctrl_executor(paths: HostPaths, audit: AuditLog, metrics: KoordletMetrics, force_update_seconds: float
@@ -193,6 +219,7 @@ def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess,
     audit = AuditLog(qos.audit_dir or state_dir / "audit", max_bytes=qos.audit_max_bytes,
                      max_files=qos.audit_max_files)
     executor = ResourceExecutor(layout, time.monotonic, audit, metrics.executor, qos.resource_force_update_seconds)
+    coresched = CoreSchedExecutor(native, audit, time.monotonic, metrics.executor)
     evictor_kind = "api" if qos.only_evict_by_api else qos.evictor
     backend = build_backend(evictor_kind, layout, qos.runtime_endpoint, qos.cri_timeout_seconds)
     # Strategies count their evictions in metrics.qos (pod_eviction) with their own reason.
@@ -201,7 +228,8 @@ def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess,
         layout=layout, driver=driver.driver, informer=informer, cache=cache, executor=executor, evictor=evictions,
         reader=CgroupReader(layout), config=qos, collector=config.collector, gates=effective_gates, clock=time.time,
         decisions=qos_framework.DecisionLog(), metrics=metrics.qos, kube_parent=config.host.cgroup_kube_parent,
-        coresched=CoreSchedExecutor(native, audit, time.monotonic, metrics.executor),
+        coresched=coresched,
+        cookies=CookieBook(coresched),
         resctrl=resctrl_executor(layout.paths, audit, metrics, qos.resource_force_update_seconds),
         netqos=netqos_backends(qos, informer),
     )

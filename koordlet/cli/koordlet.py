@@ -77,8 +77,9 @@ def node_info_fields(info: NodeInfo) -> dict[str, Any]:
     }
 
 
-def report_host(config: Config) -> NodeInfo:
-    """Logs what this host offers, read through the C core, and returns the node's facts.
+def report_host(config: Config) -> tuple[NodeInfo, dict[str, bool]]:
+    """Logs what this host offers, read through the C core, and returns the node's facts and which
+    capabilities the probes found (probe name -> supported).
 
     Raises NativeBuildMismatch when the C core is missing or stale, KoordletError/OSError when the host
     trees cannot be read.
@@ -119,7 +120,7 @@ def report_host(config: Config) -> NodeInfo:
         )
     supported = sum(1 for p in probes if p.supported)
     log.info("host capabilities probed", extra={"supported": supported, "unsupported": len(probes) - supported})
-    return node
+    return node, {p.name: bool(p.supported) for p in probes}
 
 
 def run(config: Config, config_file: Path | None) -> int:
@@ -144,10 +145,10 @@ def run(config: Config, config_file: Path | None) -> int:
         log.error("cannot create the state directory", extra={"state_dir": str(state_dir), "error": str(exc)})
         return EXIT_FAILURE
     try:
-        node = report_host(config)
+        node, probes = report_host(config)
         from koordlet.cli.agent import build_agent
 
-        agent = build_agent(config, state_dir, node)
+        agent = build_agent(config, state_dir, node, probes)
     except NativeBuildMismatch as exc:
         log.error("C core unavailable", extra={"error": str(exc)})
         return EXIT_FAILURE

@@ -223,6 +223,56 @@ class QoSManagerConfig:
     audit_max_files: int = opt(3, "rotated audit files kept", check=at_least(1))
 
 
+_HOOK_STAGES = ("PreRunPodSandbox", "PreCreateContainer", "PreStartContainer", "PostStartContainer",
+                "PostStopContainer", "PostStopPodSandbox", "PreUpdateContainerResources", "PreRemovePodSandbox")
+
+
+def _stages(value: Any) -> str | None:
+    unknown = [s for s in split_list(value) if s not in _HOOK_STAGES]
+    return f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(_HOOK_STAGES)}" if unknown else None
+
+
+def split_list(value: str) -> list[str]:
+    """A comma-separated option as its non-empty, stripped items."""
+    return [item.strip() for item in str(value).split(",") if item.strip()]
+
+
+@dataclass(frozen=True)
+class RuntimeHooksConfig:
+    """Runtime hooks: the NRI plugin, the RuntimeHookService server and the reconciler (Koordinator's
+    ``--runtime-hooks-*`` and ``--enable-nri-runtime-hook`` flags)."""
+
+    enable_nri: bool = opt(True, "register as an NRI plugin when the runtime's NRI socket exists",
+                           flag="--enable-nri-runtime-hook")
+    nri_socket_path: str = opt("/var/run/nri/nri.sock", "the runtime's NRI socket",
+                               flag="--runtime-hooks-nri-socket-path")
+    nri_plugin_idx: str = opt("00", "NRI plugin index (two digits: the order among plugins)",
+                              flag="--runtime-hooks-nri-plugin-index",
+                              check=lambda v: None if len(str(v)) == 2 and str(v).isdigit()
+                              else f"must be two digits, got {v!r}")
+    enable_server: bool = opt(True, "serve RuntimeHookService for koord-runtime-proxy",
+                              flag="--enable-runtime-hook-server")
+    server_socket: str = opt("/var/run/koordlet/koordlet.sock", "unix socket of the RuntimeHookService server "
+                                                               "(mode 0600)", flag="--runtime-hooks-addr")
+    host_endpoint: str = opt("", "the server socket as the runtime proxy sees it, written to the registration "
+                                 "file (empty: the socket path)", flag="--runtime-hooks-host-endpoint")
+    registration_dir: str = opt("/etc/runtime/hookserver.d", "directory of hook-server registration files read "
+                                                             "by koord-runtime-proxy (empty: do not register)",
+                                flag="--runtime-hooks-registration-dir")
+    failure_policy: str = opt("Ignore", "what the runtime proxy does when the server fails: Ignore or Fail",
+                              flag="--runtime-hooks-failure-policy", check=one_of("Ignore", "Fail"))
+    plugin_failure_policy: str = opt("Ignore", "a failing hook: Ignore (log, run the next) or Fail (abort the "
+                                               "stage, the runtime sees the error)",
+                                     flag="--runtime-hooks-plugin-failure-policy", check=one_of("Ignore", "Fail"))
+    disable_stages: str = opt("", "comma-separated stages whose hooks do not run (e.g. "
+                                  "PreUpdateContainerResources)", flag="--runtime-hooks-disable-stages",
+                              check=_stages)
+    reconcile_interval_seconds: float = opt(10.0, "re-apply the hooks to existing pods and containers this often "
+                                                  "(and on every pod change)",
+                                            flag="--runtime-hooks-reconcile-interval", check=positive,
+                                            duration=True)
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything ``koordlet run`` needs."""
@@ -245,6 +295,7 @@ class Config:
     metric_cache: MetricCacheConfig = field(default_factory=MetricCacheConfig)
     node_metric: NodeMetricConfig = field(default_factory=NodeMetricConfig)
     qos: QoSManagerConfig = field(default_factory=QoSManagerConfig)
+    runtime_hooks: RuntimeHooksConfig = field(default_factory=RuntimeHooksConfig)
     workloads: tuple[WorkloadConfig, ...] = opt((), "standalone: workloads of this host (name, "
                                                     "cgroupPath or systemdUnit, qosClass, priority)")
     discover_kubepods: bool = opt(True, "standalone: also take pods from a kubepods tree found on the host",

@@ -25,6 +25,7 @@ from koordlet.system.kubepaths import CgroupDriver
 from koordlet.system.layout import CgroupLayout
 
 if TYPE_CHECKING:
+    from koordlet.qosmanager.plugins.coresched.cookies import CookieBook
     from koordlet.resourceexecutor.coresched import CoreSchedExecutor
     from koordlet.resourceexecutor.netqos import NetQoS
     from koordlet.resourceexecutor.resctrl import ResctrlExecutor
@@ -136,6 +137,9 @@ class Options:
     """The resctrl writer; None when the host has no resctrl mount."""
     coresched: CoreSchedExecutor | None = None
     """The ``prctl(PR_SCHED_CORE)`` caller (it remembers a kernel without core scheduling itself)."""
+    cookies: CookieBook | None = None
+    """The core-scheduling cookies koordlet made, shared with the coresched runtime hook; None: the
+    strategy keeps a book of its own."""
     netqos: Callable[[str], NetQoS] | None = None
     """Network QoS backend by NodeSLO ``netQOSPolicy`` (``tc``, ``terway-qos``); None: network QoS off."""
 

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from koordlet.apis.pod import Container, Pod
 from koordlet.errors import ConfigError, KoordletError
+from koordlet.system.resources import REGISTRY
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ FIELDS = frozenset({
 RuntimeHookService messages: shares, quota/period in microseconds, limit in bytes)."""
 MAPS = frozenset({"env", "annotations", "unified"})
 """Keyed fields: each key (``env`` ``FOO``) is owned separately, so two hooks may add different keys."""
+WRITE_PREFIX = "cgroup."
+"""Owner key prefix of a cgroup write (``cgroup.cpu_idle``)."""
 
 
 class HookConflict(KoordletError):
@@ -89,11 +92,15 @@ class Adjustment:
 
     values: dict[str, object] = field(default_factory=dict)
     maps: dict[str, dict[str, str]] = field(default_factory=dict)
+    writes: dict[str, object] = field(default_factory=dict)
+    """Cgroup files the runtime's messages cannot carry (``cpu_idle``, ``cpu_bvt_warp_ns``,
+    ``net_cls_classid``: registry key -> value), written through the resource executor into the pod's
+    cgroup at pod stages and the container's at container stages (see :mod:`.apply`)."""
     owners: dict[str, str] = field(default_factory=dict)
-    """``field`` or ``map.key`` -> the hook that set it."""
+    """``field``, ``map.key`` or ``cgroup.resource`` -> the hook that set it."""
 
     def empty(self) -> bool:
-        return not self.values and not any(self.maps.values())
+        return not self.values and not any(self.maps.values()) and not self.writes
 
     def merge(self, other: Adjustment) -> None:
         """Takes ``other``'s values; raises :class:`HookConflict` (changing nothing) when one of its
@@ -103,6 +110,7 @@ class Adjustment:
             if mine is not None and mine != owner:
                 raise HookConflict(f"{key} is set by both hook {mine} and hook {owner}")
         self.values.update(other.values)
+        self.writes.update(other.writes)
         for name, entries in other.maps.items():
             self.maps.setdefault(name, {}).update(entries)
         self.owners.update(other.owners)
@@ -128,6 +136,14 @@ class HookContext:
         self.adjustment.maps.setdefault(name, {})[key] = value
         self.adjustment.owners[f"{name}.{key}"] = self.hook
 
+    def write(self, resource: str, value: object) -> None:
+        """Asks for a cgroup file the runtime cannot set (``resource`` a registry key); the value is
+        validated by the executor when it is written."""
+        if resource not in REGISTRY:
+            raise KoordletError(f"hook {self.hook}: unknown cgroup resource {resource!r}")
+        self.adjustment.writes[resource] = value
+        self.adjustment.owners[WRITE_PREFIX + resource] = self.hook
+
 
 @dataclass(frozen=True)
 class Hook:
@@ -140,11 +156,11 @@ class Hook:
 
 
 class HookMetricsSink(Protocol):
-    def hook_duration(self, hook: str, stage: str, ok: bool, seconds: float) -> None: ...
+    def observe_hook(self, hook: str, stage: str, ok: bool, seconds: float) -> None: ...
 
 
 class NullHookMetrics:
-    def hook_duration(self, hook: str, stage: str, ok: bool, seconds: float) -> None: ...
+    def observe_hook(self, hook: str, stage: str, ok: bool, seconds: float) -> None: ...
 
 
 @dataclass
@@ -171,6 +187,7 @@ class HookRunner:
         if duplicates:
             raise ConfigError(f"duplicate runtime hook names: {', '.join(duplicates)}")
         self.policy = policy
+        self.names = tuple(names)
         self._metrics: HookMetricsSink = metrics or NullHookMetrics()
         self._disabled = frozenset(disabled)
         self._clock = clock
@@ -191,7 +208,7 @@ class HookRunner:
                 result.adjustment.merge(ctx.adjustment)
             except Exception as exc:  # a hook's bug must not take the runtime's request down with it
                 error = f"{hook.name}: {exc}"
-            self._metrics.hook_duration(hook.name, request.stage.value, error is None, self._clock() - started)
+            self._metrics.observe_hook(hook.name, request.stage.value, error is None, self._clock() - started)
             result.ran.append(hook.name)
             if error is None:
                 continue

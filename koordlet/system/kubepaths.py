@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from koordlet.errors import ParseError
-from koordlet.system.layout import CgroupLayout
+from koordlet.system.layout import CgroupLayout, clean_rel_dir
 
 
 class CgroupDriver(enum.Enum):
@@ -220,3 +220,37 @@ def parse_container_dir_name(driver: CgroupDriver, name: str) -> ContainerRef:
             return ContainerRef(runtime, bare)
         break
     raise ParseError(f"{name!r} is not a systemd container scope name (cri-containerd-/crio-/docker-/pouch-<id>.scope)")
+
+
+def cgroup_parent_dir(parent: str) -> str:
+    """The directory a CRI ``cgroup_parent`` names, relative to the hierarchy roots.
+
+    cgroupfs parents are paths (``/kubepods/besteffort/pod<uid>``); systemd parents are one slice name
+    that systemd expands by its dashes (``kubepods-besteffort-pod<uid_>.slice`` ->
+    ``kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid_>.slice``, systemd.slice(5)).
+    """
+    parent = parent.strip()
+    if "/" in parent or not parent.endswith(".slice"):
+        return clean_rel_dir(parent)
+    stem = parent[: -len(".slice")]
+    if stem in ("", "-"):
+        return ""
+    words = stem.split("-")
+    if "" in words:
+        raise ParseError(f"invalid systemd slice {parent!r}: empty part between dashes")
+    return "/".join("-".join(words[: i + 1]) + ".slice" for i in range(len(words)))
+
+
+def kube_qos_of_parent(parent_dir: str) -> KubeQoS | None:
+    """The kubelet QoS level a pod cgroup directory sits in, None when it is not below kubepods."""
+    parts = [p for p in parent_dir.split("/") if p]
+    for i, part in enumerate(parts):
+        if part not in _KUBEPODS.values():
+            continue
+        below = parts[i + 1] if i + 1 < len(parts) else ""
+        if below in ("besteffort", "kubepods-besteffort.slice"):
+            return KubeQoS.BESTEFFORT
+        if below in ("burstable", "kubepods-burstable.slice"):
+            return KubeQoS.BURSTABLE
+        return KubeQoS.GUARANTEED
+    return None

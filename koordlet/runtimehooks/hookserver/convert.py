@@ -4,8 +4,8 @@ Request -> :class:`~koordlet.runtimehooks.framework.HookRequest`:
 
 * the pod: ``uid``/``name``/``namespace`` from ``pod_meta``; labels (``labels`` of a sandbox request,
   ``pod_labels`` of a container request); annotations (``annotations``, resp. ``pod_annotations``);
-  ``kube_qos`` None, phase ``Pending``, priority None (CRI carries none of them: hooks classify the pod by
-  its ``koordinator.sh/qosClass`` label);
+  ``kube_qos`` read off the cgroup parent's QoS directory (kubelet puts BestEffort pods under
+  ``besteffort``), phase ``Pending``, priority None (CRI carries neither);
 * the pod cgroup parent: ``cgroup_parent``, resp. ``pod_cgroup_parent``;
 * at container stages the container: name and id from ``container_mata`` (so spelled by upstream's proto,
   field 2), limits from ``container_resources``: ``cpu_milli`` = quota x 1000 / period when both are
@@ -29,6 +29,7 @@ from typing import Any
 from koordlet.apis.pod import Container, Pod, Resources
 from koordlet.apis.proto.runtime.v1alpha1 import api_pb2
 from koordlet.runtimehooks.framework import Adjustment, HookRequest, Stage
+from koordlet.system.kubepaths import KubeQoS, cgroup_parent_dir, kube_qos_of_parent
 
 POD_SANDBOX_RPCS: Mapping[str, Stage] = {
     "PreRunPodSandboxHook": Stage.PRE_RUN_POD_SANDBOX,
@@ -62,11 +63,20 @@ def _limits(resources: Any) -> Resources:
                      memory_bytes=memory if memory > 0 else None)
 
 
+def kube_qos(cgroup_parent: str) -> KubeQoS | None:
+    """The kubelet QoS level of a pod cgroup parent; None when it does not say (or is garbage)."""
+    try:
+        return kube_qos_of_parent(cgroup_parent_dir(cgroup_parent)) if cgroup_parent else None
+    except ValueError:
+        return None
+
+
 def pod_sandbox_request(stage: Stage, request: Any) -> HookRequest:
     """A ``PodSandboxHookRequest`` as the hooks see it."""
     meta = request.pod_meta
     pod = Pod(uid=meta.uid, name=meta.name, namespace=meta.namespace, labels=dict(request.labels),
-              annotations=dict(request.annotations), kube_qos=None, phase="Pending", priority=None)
+              annotations=dict(request.annotations), kube_qos=kube_qos(request.cgroup_parent), phase="Pending",
+              priority=None)
     return HookRequest(stage, pod, request.cgroup_parent)
 
 
@@ -75,8 +85,8 @@ def container_request(stage: Stage, request: Any) -> HookRequest:
     meta, cmeta = request.pod_meta, request.container_mata
     container = Container(name=cmeta.name, container_id=cmeta.id, limits=_limits(request.container_resources))
     pod = Pod(uid=meta.uid, name=meta.name, namespace=meta.namespace, labels=dict(request.pod_labels),
-              annotations=dict(request.pod_annotations), kube_qos=None, phase="Pending", priority=None,
-              containers=(container,))
+              annotations=dict(request.pod_annotations), kube_qos=kube_qos(request.pod_cgroup_parent),
+              phase="Pending", priority=None, containers=(container,))
     return HookRequest(stage, pod, request.pod_cgroup_parent, container, cmeta.id)
 
 

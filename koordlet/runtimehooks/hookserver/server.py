@@ -28,6 +28,7 @@ import grpc
 
 from koordlet.apis.proto.runtime.v1alpha1 import api_pb2_grpc
 from koordlet.errors import KoordletError
+from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
 from koordlet.runtimehooks.framework import failure_policy as parse_failure_policy
 from koordlet.runtimehooks.hookserver import convert
@@ -43,8 +44,9 @@ RUNTIME_HOOKS: tuple[str, ...] = tuple(stage.value for stage in convert.RPC_STAG
 
 
 class _Servicer(api_pb2_grpc.RuntimeHookServiceServicer):
-    def __init__(self, runner: HookRunner) -> None:
+    def __init__(self, runner: HookRunner, applier: Applier | None) -> None:
         self._runner = runner
+        self._applier = applier
 
     def _handle(self, rpc: str, request: Any, context: Any, to_hook: Callable[[Stage, Any], HookRequest],
                 respond: Callable[[Any, Any], Any]) -> Any:
@@ -56,6 +58,11 @@ class _Servicer(api_pb2_grpc.RuntimeHookServiceServicer):
         result = self._runner.run(hook_request)
         if result.failed:
             context.abort(grpc.StatusCode.INTERNAL, f"{rpc}: " + "; ".join(result.errors))
+        if self._applier is not None and result.adjustment.writes:
+            try:
+                self._applier.write(hook_request, result.adjustment, with_fields=False)
+            except Exception as exc:  # a bad cgroup parent: the response still goes back; the reconciler retries
+                log.warning("runtime hook cgroup writes failed", extra={"rpc": rpc, "error": str(exc)})
         return respond(request, result.adjustment)
 
     def _pod(self, rpc: str, request: Any, context: Any) -> Any:
@@ -122,12 +129,16 @@ class HookServer:
     told to do when koordlet errs (Koordinator ``--runtime-hooks-failure-policy``, default Ignore)."""
 
     def __init__(self, runner: HookRunner, socket_path: str, registration_dir: str | None,
-                 failure_policy: str = "Ignore") -> None:
+                 failure_policy: str = "Ignore", applier: Applier | None = None,
+                 endpoint: str = "") -> None:
         self.policy = parse_failure_policy(failure_policy).value
         self.runner = runner
         self.socket_path = os.path.abspath(socket_path)
         self.registration_dir = registration_dir
         self.registration_path: str | None = None
+        self.endpoint = endpoint or self.socket_path
+        """The socket as the runtime proxy sees it (another mount namespace may name it differently)."""
+        self._applier = applier
         self._server: Any = None
 
     def start(self) -> None:
@@ -137,7 +148,7 @@ class HookServer:
         _remove_stale_socket(self.socket_path)
         server = grpc.server(ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="hookserver"))
         api_pb2_grpc.add_RuntimeHookServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _Servicer(self.runner), server)
+            _Servicer(self.runner, self._applier), server)
         try:
             bound = server.add_insecure_port(f"unix:{self.socket_path}")
         except RuntimeError as exc:
@@ -148,7 +159,7 @@ class HookServer:
         try:
             os.chmod(self.socket_path, SOCKET_MODE)
             if self.registration_dir is not None:
-                self.registration_path = write_registration(self.registration_dir, self.socket_path, self.policy)
+                self.registration_path = write_registration(self.registration_dir, self.endpoint, self.policy)
         except BaseException:
             server.stop(None)
             raise

@@ -37,9 +37,14 @@ TTRPC_HEADER = struct.Struct(">IIBB")  # channel.go: messageHeaderLength = 10
 TTRPC_HEADER_LENGTH = TTRPC_HEADER.size
 MESSAGE_LENGTH_MAX = 4 << 20  # channel.go: messageLengthMax = 4 << 20
 
-# mux.go: maxPayloadSize = ttrpcMessageHeaderLength + ttrpcMessageLengthMax; the writer refuses larger frames
-# (EMSGSIZE), so a larger incoming frame means the trunk is corrupt.
+# mux.go: maxPayloadSize = ttrpcMessageHeaderLength + ttrpcMessageLengthMax; our writer refuses larger frames.
 MUX_PAYLOAD_MAX = TTRPC_HEADER_LENGTH + MESSAGE_LENGTH_MAX
+
+# What the reader accepts.  containerd 1.7.24 (NRI v0.6.1) was measured sending a 5.3 MB Synchronize as the
+# frames [4096][rest], so a frame above MUX_PAYLOAD_MAX does arrive from a healthy runtime; the ttrpc layer
+# then skips the oversize message and the plugin answers it.  Only a frame beyond any plausible message
+# (64 MiB) means the trunk is corrupt.
+MUX_RECEIVE_MAX = 64 << 20
 
 # test-host.md (containerd 1.7.24, NRI v0.6.1, measured): the runtime reads each conn through a 4096-byte
 # buffer and loses the rest of a larger frame, so the plugin must send frames of at most 4096 bytes.  Newer
@@ -67,10 +72,11 @@ class FrameError(KoordletError, ValueError):
 
 
 class MuxFrameTooLarge(FrameError):
-    """A mux frame longer than :data:`MUX_PAYLOAD_MAX`: the trunk is corrupt and must be closed."""
+    """A mux frame longer than the limit (:data:`MUX_PAYLOAD_MAX` to send, the decoder's ``max_payload``
+    to receive): the trunk is corrupt and must be closed."""
 
-    def __init__(self, conn_id: int, length: int) -> None:
-        super().__init__(f"mux frame on conn {conn_id}: payload length {length} exceeds maximum {MUX_PAYLOAD_MAX}")
+    def __init__(self, conn_id: int, length: int, limit: int = MUX_PAYLOAD_MAX) -> None:
+        super().__init__(f"mux frame on conn {conn_id}: payload length {length} exceeds maximum {limit}")
         self.conn_id = conn_id
         self.length = length
 
@@ -133,15 +139,17 @@ def encode_mux(conn_id: int, data: bytes, max_frame: int = MUX_SEND_FRAME_MAX) -
 class MuxDecoder:
     """Incremental mux frame decoder.
 
-    ``feed`` returns every frame completed so far.  A frame over :data:`MUX_PAYLOAD_MAX` breaks the trunk for
+    ``feed`` returns every frame completed so far.  A frame over ``max_payload`` (default
+    :data:`MUX_RECEIVE_MAX`) breaks the trunk for
     good: frames before it are still returned, and that call (or, if it returned frames, the next one) raises
     :class:`MuxFrameTooLarge`, as does every call after.  Frames for conn 0 or unknown conns are returned as
     they are; upstream drops frames for conns nobody opened, which is the caller's routing decision.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_payload: int = MUX_RECEIVE_MAX) -> None:
         self._buf = bytearray()
         self._error: MuxFrameTooLarge | None = None
+        self._max = max_payload
 
     def feed(self, data: bytes) -> list[MuxFrame]:
         if self._error is not None:
@@ -150,8 +158,8 @@ class MuxDecoder:
         frames: list[MuxFrame] = []
         while len(self._buf) >= MUX_HEADER_LENGTH:
             conn_id, length = MUX_HEADER.unpack_from(self._buf)
-            if length > MUX_PAYLOAD_MAX:
-                self._error = MuxFrameTooLarge(conn_id, length)
+            if length > self._max:
+                self._error = MuxFrameTooLarge(conn_id, length, self._max)
                 self._buf.clear()
                 if frames:
                     return frames

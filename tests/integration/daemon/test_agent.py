@@ -25,6 +25,7 @@ from tests.fixtures.fakekubelet import Fault, make_pod
 def start(tmp_path: Path) -> Any:
     config_file = tmp_path / "koordlet.yaml"
     config_file.write_text(f"standalone: true\nstateDir: {tmp_path / 'state'}\nserver: {{addr: '127.0.0.1:0'}}\n"
+                           "runtimeHooks: {enableServer: false, enableNri: false}\n"
                            "discoverKubepods: false\n")
     agent = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
     for component in agent.components:

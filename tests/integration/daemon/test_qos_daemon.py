@@ -47,6 +47,7 @@ def test_local_nodeslo_drives_suppress_and_bad_file_keeps_last_good(real_cgroups
     config_file = tmp_path / "koordlet.yaml"
     config_file.write_text(
         f"standalone: true\nstateDir: {tmp_path / 'state'}\nserver: {{addr: '127.0.0.1:0'}}\n"
+                           "runtimeHooks: {enableServer: false, enableNri: false}\n"
         f"host: {{cgroupKubeParent: {prefix}}}\nqos: {{nodesloFile: {nodeslo}, evictor: dry-run}}\n")
     agent: Any = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
     for component in agent.components:

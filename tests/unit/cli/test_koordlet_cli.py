@@ -282,12 +282,21 @@ def test_kubernetes_mode_takes_pods_from_kubelet(
         f"--proc-root-dir={host.paths.proc_root}", f"--sys-root-dir={host.paths.sys_root}",
         "--kubelet-addr", options.address, "--kubelet-port", str(options.port), "--kubelet-ca-file",
         options.ca_file, "--kubelet-token-file", options.token_file, "--kubelet-sync-interval", "1s",
+        f"--runtime-hooks-addr={tmp_path / 'run' / 'koordlet.sock'}",
+        f"--runtime-hooks-registration-dir={tmp_path / 'hookserver.d'}",
+        f"--runtime-hooks-nri-socket-path={tmp_path / 'nri' / 'nri.sock'}",
     ])
     received = agent.wait_for("kubelet pod list received", START_DEADLINE_SECONDS)
     assert received["pods"] == 2
     assert agent.messages("koordlet starting")[0]["mode"] == "kubernetes"
     agent.wait_for("koordlet started", START_DEADLINE_SECONDS)
     assert fake_kubelet.requests[0].authorization == "Bearer token-1"
+    # The hook server registered itself for the runtime proxy, and unregisters on the way out.
+    registration = json.loads((tmp_path / "hookserver.d" / "koordlet.json").read_text())
+    assert registration["remote-endpoint"] == str(tmp_path / "run" / "koordlet.sock")
+    assert (tmp_path / "run" / "koordlet.sock").is_socket()
     agent.proc.send_signal(signal.SIGTERM)
     agent.wait_for("koordlet stopped", STOP_DEADLINE_SECONDS)
     assert agent.proc.wait(STOP_DEADLINE_SECONDS) == 0
+    assert not (tmp_path / "hookserver.d" / "koordlet.json").exists()
+    assert not (tmp_path / "run" / "koordlet.sock").exists()

@@ -36,7 +36,7 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, bool, float]] = []
 
-    def hook_duration(self, hook: str, stage: str, ok: bool, seconds: float) -> None:
+    def observe_hook(self, hook: str, stage: str, ok: bool, seconds: float) -> None:
         self.calls.append((hook, stage, ok, seconds))
 
 

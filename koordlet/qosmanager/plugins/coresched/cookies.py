@@ -16,10 +16,15 @@ A group whose tasks are all gone is dropped, so its next task gets a fresh cooki
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from koordlet.resourceexecutor.coresched import CallOutcome, CoreSchedExecutor, GroupResult
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 ContainerKey = tuple[str, str]
 """(pod UID, container id)."""
@@ -51,16 +56,28 @@ class Tally:
     unsupported: str | None = None
 
 
+def _locked(method: _F) -> _F:
+    @functools.wraps(method)
+    def wrapper(self: CookieBook, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return cast(_F, wrapper)
+
+
 class CookieBook:
-    """The cookies this strategy made; all prctl calls go through ``executor``."""
+    """The cookies koordlet made; all prctl calls go through ``executor``.  One book is shared by the
+    strategy (QoS manager thread) and the runtime hook (hook threads), so one group gets one cookie:
+    its public methods hold :attr:`lock`."""
 
     def __init__(self, executor: CoreSchedExecutor) -> None:
         self.executor = executor
+        self.lock = threading.RLock()
         self.groups: dict[str, GroupEntry] = {}
         self.containers: dict[ContainerKey, ContainerEntry] = {}
 
     # ------------------------------------------------------------------------------------------ enable
 
+    @_locked
     def enable(self, key: ContainerKey, group: str, pids: Sequence[int], owner: str, tally: Tally) -> None:
         """Puts every task of the container into ``group``'s cookie."""
         current = set(pids)
@@ -142,6 +159,7 @@ class CookieBook:
 
     # ------------------------------------------------------------------------------------------ disable
 
+    @_locked
     def disable(self, key: ContainerKey, pids: Sequence[int], owner: str, tally: Tally) -> None:
         """Back to cookie 0 for a container this book gave a cookie; others are left alone."""
         container = self.containers.get(key)
@@ -153,6 +171,7 @@ class CookieBook:
         self._drop_pids(container.group, container.pids)
         del self.containers[key]
 
+    @_locked
     def forget(self, live: Iterable[ContainerKey]) -> list[ContainerKey]:
         """Drops containers (and their tasks) no longer on the node: their tasks are gone, no call needed."""
         alive = set(live)
@@ -162,6 +181,7 @@ class CookieBook:
             self._drop_pids(container.group, container.pids)
         return gone
 
+    @_locked
     def clear_all(self, pids_of: Callable[[ContainerKey], Sequence[int]], owner: str, tally: Tally) -> None:
         """Switch-off: every container this book touched goes back to cookie 0; the book empties."""
         for key in sorted(self.containers):
@@ -195,5 +215,6 @@ class CookieBook:
     def _drop_group(self, group: str) -> None:
         self.groups.pop(group, None)
 
+    @_locked
     def numbers(self) -> dict[str, dict[str, int]]:
         return {group: {"cookie": e.cookie, "tasks": len(e.pids)} for group, e in sorted(self.groups.items())}

@@ -64,7 +64,9 @@ class CoreSched:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._book = CookieBook(options.coresched) if options.coresched is not None else None
+        self._book = options.cookies
+        if self._book is None and options.coresched is not None:
+            self._book = CookieBook(options.coresched)
         self._dirs: dict[ContainerKey, str] = {}
         """Container -> its cgroup directory, for the switch-off clear."""
         self._idle: set[str] = set()

@@ -20,6 +20,7 @@ from koordlet.runtimehooks.framework import FailurePolicy, Hook, HookContext, Ho
 from koordlet.runtimehooks.hooks import batchresource
 from koordlet.runtimehooks.hookserver import convert
 from koordlet.runtimehooks.hookserver.server import HookServer
+from koordlet.system.kubepaths import KubeQoS
 
 FAIL_ANNOTATION = "test.koordlet/fail"
 SPEC = {"containers": {"c": {
@@ -224,4 +225,20 @@ def test_zero_period_leaves_cpu_limit_unset() -> None:
     hook_request = convert.container_request(Stage.PRE_CREATE_CONTAINER, request)
     assert hook_request.container is not None and hook_request.container.limits.cpu_milli is None
     assert hook_request.container.limits.memory_bytes is None
-    assert hook_request.pod.phase == "Pending" and hook_request.pod.kube_qos is None
+    assert hook_request.pod.phase == "Pending"
+
+
+@pytest.mark.parametrize(("parent", "expected"), [
+    ("/kubepods/besteffort/pod1", KubeQoS.BESTEFFORT),
+    ("/kubepods/burstable/pod1", KubeQoS.BURSTABLE),
+    ("/kubepods/pod1", KubeQoS.GUARANTEED),
+    ("kubepods-besteffort-pod1.slice", KubeQoS.BESTEFFORT),
+    ("kubepods-pod1.slice", KubeQoS.GUARANTEED),
+    ("/custom/pod1", None),
+    ("", None),
+    ("a--b.slice", None),
+])
+def test_kube_qos_from_the_cgroup_parent(parent: str, expected: KubeQoS | None) -> None:
+    request = container_request()
+    request.pod_cgroup_parent = parent
+    assert convert.container_request(Stage.PRE_CREATE_CONTAINER, request).pod.kube_qos is expected

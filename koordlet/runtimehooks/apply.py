@@ -1,0 +1,86 @@
+"""A stage's adjustment as cgroup updates for the resource executor.
+
+The transports hand most values to the runtime (NRI ``ContainerAdjustment``, the RuntimeHookService
+response), which writes them when it creates the cgroup.  Three cases write through the executor instead:
+
+* the ``writes`` of an adjustment (``cpu_idle``, ``cpu_bvt_warp_ns``, ``net_cls_classid``): neither protocol
+  carries them;
+* everything at pod stages under NRI: its pod events are notifications with no answer to carry values;
+* everything under the reconciler, which re-applies hooks to cgroups that already exist.
+
+An empty ``cpuset_cpus`` means "inherit the parent's" (the cpuset hook's answer for BE): the runtime
+leaves the file alone then, and so does this module.  ``oom_score_adj``, ``rdt_class`` and
+``blockio_class`` are not cgroup files and are left to the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from koordlet.resourceexecutor.update import CgroupUpdate, Result
+from koordlet.runtimehooks.framework import WRITE_PREFIX, Adjustment, HookRequest, Stage
+from koordlet.system.kubepaths import CgroupDriver, cgroup_parent_dir, container_dir_name
+
+FIELD_RESOURCES: Mapping[str, str] = {
+    "cpu_shares": "cpu_shares",
+    "cpu_quota": "cpu_cfs_quota",
+    "cpu_period": "cpu_cfs_period",
+    "cpuset_cpus": "cpuset_cpus",
+    "cpuset_mems": "cpuset_mems",
+    "memory_limit": "memory_limit",
+}
+"""Adjustment field -> the registry resource it is written to."""
+
+OWNER = "runtimehooks"
+
+
+def _owner(adjustment: Adjustment, key: str) -> str:
+    return f"{OWNER}/{adjustment.owners.get(key, '?')}"
+
+
+def cgroup_updates(adjustment: Adjustment, rel_dir: str, *, with_fields: bool) -> list[CgroupUpdate]:
+    """The updates for the cgroup ``rel_dir``: the adjustment's ``writes`` always, its resource fields
+    when ``with_fields`` (nobody else will write them)."""
+    updates: list[CgroupUpdate] = []
+    if with_fields:
+        for name, resource in FIELD_RESOURCES.items():
+            value = adjustment.values.get(name)
+            if value is None or (name.startswith("cpuset_") and value == ""):
+                continue
+            updates.append(CgroupUpdate(resource, rel_dir, value, _owner(adjustment, name)))
+    for resource, value in adjustment.writes.items():
+        updates.append(CgroupUpdate(resource, rel_dir, value, _owner(adjustment, WRITE_PREFIX + resource)))
+    return updates
+
+
+def pod_rel_dir(request: HookRequest) -> str:
+    """The pod cgroup the runtime was told about, relative to the hierarchy roots."""
+    return cgroup_parent_dir(request.pod_cgroup_parent)
+
+
+def container_rel_dir(request: HookRequest) -> str:
+    """The container's cgroup below the pod's: named by the bare id under cgroupfs, as a ``.scope`` under
+    systemd (a pod parent that is a slice)."""
+    pod_dir = pod_rel_dir(request)
+    container_id = request.container_id if "://" in request.container_id else f"containerd://{request.container_id}"
+    driver = CgroupDriver.SYSTEMD if pod_dir.endswith(".slice") else CgroupDriver.CGROUPFS
+    return f"{pod_dir}/{container_dir_name(driver, container_id)}"
+
+
+class Applier:
+    """Writes what a transport's answer cannot carry (see the module doc) through the executor."""
+
+    def __init__(self, apply: Callable[[list[CgroupUpdate]], list[Result]]) -> None:
+        self._apply = apply
+
+    def write(self, request: HookRequest, adjustment: Adjustment, *, with_fields: bool,
+              rel_dir: str | None = None) -> list[Result]:
+        if not adjustment.writes and not with_fields:
+            return []
+        if rel_dir is None:
+            if request.container is not None and (not request.container_id
+                                                  or request.stage is Stage.PRE_CREATE_CONTAINER):
+                return []  # no cgroup yet: the reconciler writes it once the container runs
+            rel_dir = container_rel_dir(request) if request.container is not None else pod_rel_dir(request)
+        updates = cgroup_updates(adjustment, rel_dir, with_fields=with_fields)
+        return self._apply(updates) if updates else []

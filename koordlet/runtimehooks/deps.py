@@ -1,0 +1,43 @@
+"""What hooks may read and call besides the request (CONVENTIONS #4: injected, never imported singletons).
+
+Every hook package exposes ``NAME`` and ``new(deps: HookDeps) -> Hook``; the daemon builds one
+:class:`HookDeps` and the hook list from :data:`koordlet.runtimehooks.hooks.FACTORIES`.  Sources are
+callables, read at each request, so a hook always sees the NodeSLO and node annotations in force now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from koordlet.apis.nodeslo import NodeSLOSpec
+from koordlet.qosmanager.plugins.coresched.cookies import CookieBook
+from koordlet.resourceexecutor.coresched import CoreSchedExecutor
+from koordlet.resourceexecutor.resctrl import ResctrlExecutor
+from koordlet.system.layout import CgroupLayout
+
+
+def _no_slo() -> NodeSLOSpec | None:
+    return None
+
+
+def _no_annotation() -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class HookDeps:
+    layout: CgroupLayout | None = None
+    """The host's cgroup hierarchy (container task lists for coresched and resctrl); None in pure unit tests."""
+    gates: Mapping[str, bool] = field(default_factory=dict)
+    """Feature gates in force (``koordlet.config.features``)."""
+    probes: Mapping[str, bool] = field(default_factory=dict)
+    """Host capabilities by probe name (``koordlet.system.probes``): ``bvt``, ``cpu_idle``, ``core_sched``..."""
+    nodeslo: Callable[[], NodeSLOSpec | None] = _no_slo
+    """The effective NodeSLO (merged over Koordinator's defaults), None until one is known."""
+    shared_pools: Callable[[], str | None] = _no_annotation
+    """The node annotation ``node.koordinator.sh/cpu-shared-pools``, None while unknown."""
+    coresched: CoreSchedExecutor | None = None
+    cookies: CookieBook | None = None
+    """The core-scheduling cookie book shared with the QoS manager's coresched strategy."""
+    resctrl: ResctrlExecutor | None = None

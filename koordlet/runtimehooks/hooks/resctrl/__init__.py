@@ -1,0 +1,137 @@
+"""``resctrl`` (Koordinator ``runtimehooks/hooks/resctrl``, gate ``Resctrl`` for pod groups, off by
+default; the class groups are the ``resctrl`` QoS strategy's, gate ``RdtResctrl``): L3 cache ways and
+memory bandwidth of a pod from its first process on.
+
+* PreRunPodSandbox: a pod annotated ``node.koordinator.sh/resctrl`` gets its control group
+  ``koordlet-<uid>`` with the annotation's schemata (:mod:`koordlet.qosmanager.plugins.resctrl.annotation`,
+  the same parsing and arithmetic as the strategy, which keeps the group right afterwards) — upstream
+  ``SetPodResctrlResourcesForHooks``.
+* PreCreateContainer: ``rdt_class`` = the pod's group for an annotated pod (upstream
+  ``SetContainerResctrlResources``, whose ``Closid`` is ``koordlet-<uid>``); the group is made first if
+  the sandbox stage did not (koordlet restarted in between).  Other pods get their class's group
+  (``LSR`` for LSE and LSR, ``LS``, ``BE``) when that class has ``resctrlQOS.enable`` and gate
+  ``RdtResctrl`` is on and the strategy has made the group; upstream leaves class placement to the
+  strategy's task moves, which this only anticipates.
+* PreRemovePodSandbox: the pod's group is removed (the kernel hands its tasks back to the root group) —
+  upstream ``RemovePodResctrlResources``.
+
+No resctrl executor, or resctrl not mounted (this test host): nothing, no error.  A malformed annotation
+is a :class:`KoordletError` naming the pod and the annotation, before anything is written; so is a
+schemata write the kernel refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from koordlet.apis.extension import QoSClass
+from koordlet.apis.nodeslo import NodeSLOSpec
+from koordlet.apis.pod import Pod
+from koordlet.errors import KoordletError
+from koordlet.qosmanager.plugins.resctrl import annotation
+from koordlet.qosmanager.plugins.resctrl.host import HostError, read_host
+from koordlet.qosmanager.plugins.resctrl.schemata import PlanError
+from koordlet.qosmanager.plugins.resctrl.strategy import GATE, POD_GATE, class_cfg, pod_group, qos_strategy
+from koordlet.resourceexecutor import Outcome
+from koordlet.resourceexecutor.resctrl import ResctrlExecutor
+from koordlet.runtimehooks.deps import HookDeps
+from koordlet.runtimehooks.framework import Hook, HookContext, HookRequest, Stage
+from koordlet.system.kubepaths import cgroup_parent_dir, kube_qos_of_parent
+
+NAME = "resctrl"
+STAGES = frozenset({Stage.PRE_RUN_POD_SANDBOX, Stage.PRE_CREATE_CONTAINER, Stage.PRE_REMOVE_POD_SANDBOX})
+DEFAULT_CPUINFO = "/proc/cpuinfo"
+_CLASS_GROUP = {QoSClass.LSE: "LSR", QoSClass.LSR: "LSR", QoSClass.LS: "LS", QoSClass.BE: "BE"}
+
+__all__ = ["GATE", "NAME", "POD_GATE", "STAGES", "class_group", "new", "run"]
+
+
+def class_group(slo: NodeSLOSpec | None, qos: QoSClass) -> str | None:
+    """The class group of ``qos`` when its ``resctrlQOS.enable`` is true, else None."""
+    group = _CLASS_GROUP.get(qos)
+    if group is None or slo is None:
+        return None
+    cfg = class_cfg(qos_strategy(slo), group)
+    return group if cfg is not None and cfg.enable is True else None
+
+
+def pod_qos(request: HookRequest) -> QoSClass:
+    """The pod's class, its kube QoS taken from the cgroup parent when the runtime gave none (a pod
+    without a class label is then placed as the strategy, which sees kubelet's QoS, places it)."""
+    pod = request.pod
+    if pod.kube_qos is None and request.pod_cgroup_parent:
+        try:
+            found = kube_qos_of_parent(cgroup_parent_dir(request.pod_cgroup_parent))
+        except KoordletError as exc:
+            raise KoordletError(f"pod {pod.key}: cgroup parent {request.pod_cgroup_parent!r}: {exc}") from None
+        if found is not None:
+            return dataclasses.replace(pod, kube_qos=found).qos
+    return pod.qos
+
+
+def _cpuinfo(deps: HookDeps) -> str:
+    return deps.layout.paths.proc("cpuinfo") if deps.layout is not None else DEFAULT_CPUINFO
+
+
+def _ensure_pod_group(deps: HookDeps, executor: ResctrlExecutor, pod: Pod, text: str) -> str:
+    """Creates (or updates) the pod's group with the annotation's schemata; returns the group."""
+    where = f"pod {pod.key}: annotation {annotation.ANNOTATION_RESCTRL}"
+    try:
+        spec = annotation.parse(text)
+    except PlanError as exc:
+        raise KoordletError(f"{where}: {exc}") from None
+    try:
+        host = read_host(executor.root, _cpuinfo(deps))
+    except HostError as exc:
+        raise KoordletError(f"pod {pod.key}: resctrl host unusable: {exc}") from None
+    try:
+        schemata = annotation.pod_schemata(spec, host)
+    except PlanError as exc:
+        raise KoordletError(f"{where}: {exc}") from None
+    group = pod_group(pod.uid)
+    result = executor.apply_schemata(group, schemata.lines(), f"{NAME}: pod {pod.key}")
+    if not result.ok:
+        raise KoordletError(f"pod {pod.key}: resctrl group {group}: {result.outcome.value} ({result.error})")
+    return group
+
+
+def _existing(executor: ResctrlExecutor) -> set[str]:
+    try:
+        return set(executor.groups())
+    except (KoordletError, OSError):
+        return set()
+
+
+def run(deps: HookDeps, ctx: HookContext) -> None:
+    executor = deps.resctrl
+    if executor is None or executor.unsupported_reason() is not None:
+        return
+    request = ctx.request
+    pod = request.pod
+    pods_on = bool(deps.gates.get(POD_GATE, False))
+    text = pod.annotations.get(annotation.ANNOTATION_RESCTRL) if pods_on else None
+    if request.stage is Stage.PRE_RUN_POD_SANDBOX:
+        if text is not None:
+            _ensure_pod_group(deps, executor, pod, text)
+    elif request.stage is Stage.PRE_CREATE_CONTAINER:
+        if text is not None:
+            ctx.set("rdt_class", _ensure_pod_group(deps, executor, pod, text))
+            return
+        if not deps.gates.get(GATE, False):
+            return
+        group = class_group(deps.nodeslo(), pod_qos(request))
+        # runc refuses a container whose class does not exist; until the strategy made it, none.
+        if group is not None and group in _existing(executor):
+            ctx.set("rdt_class", group)
+    elif request.stage is Stage.PRE_REMOVE_POD_SANDBOX:
+        # Gate or annotation may have changed since the pod started: remove the group whenever it exists.
+        group = pod_group(pod.uid)
+        result = executor.remove_group(group, f"{NAME}: pod {pod.key} removed")
+        if result.outcome not in (Outcome.WRITTEN, Outcome.GONE):
+            raise KoordletError(f"pod {pod.key}: remove resctrl group {group}: {result.outcome.value} "
+                                f"({result.error})")
+
+
+def new(deps: HookDeps) -> Hook:
+    return Hook(NAME, "per-pod resctrl group from node.koordinator.sh/resctrl; container rdt_class", STAGES,
+                lambda ctx: run(deps, ctx))

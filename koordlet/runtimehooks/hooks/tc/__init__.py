@@ -1,0 +1,73 @@
+"""``tc`` (Koordinator ``runtimehooks/hooks/tc``, plugin ``tcPlugin``, gate ``TCNetworkQoS``, off by
+default): a pod cgroup's ``net_cls.classid`` names the HTB class of the pod's network QoS class, so a
+``cgroup`` classifier (or anything else reading the socket's classid) sends its traffic there.
+
+Upstream ``SetPodNetCls``: SYSTEM -> ``1:2``, LSE/LSR/LS -> ``1:3``, BE -> ``1:4`` (``tc_linux.go``
+``MAJOR_ID`` 1, ``{SYSTEM,LS,BE}_CLASS_MINOR_ID`` 2/3/4; the value is ``major << 16 | minor``, e.g.
+``0x10003``); a pod of no class gets nothing.  The handles are the ones our tc backend creates
+(:data:`koordlet.resourceexecutor.tc.CLASS_MINOR` under :data:`~koordlet.resourceexecutor.tc_netlink.ROOT_HANDLE`),
+and the class is chosen as the ``netqos`` strategy chooses the ipset a pod's addresses go to, so both
+classifications agree: the ``koordinator.sh/qosClass`` label, else the kube QoS (from the cgroup parent
+when the runtime gives none).  Upstream reads the label only.
+
+Upstream's per-pod bandwidth (annotation ``koordinator.sh/networkQOS`` with limits -> a class of the
+pod's own under a random handle) has no counterpart in our backend; such pods get their class's id.
+
+Runs at PreRunPodSandbox (upstream sets it from its pod reconciler only, "TODO register NRI") while the
+gate is on, the NodeSLO's ``resourceQOSStrategy.policies.netQOSPolicy`` is ``tc`` (the default) and the
+host has ``net_cls`` (probe ``net_cls_classid``; a v1 controller, absent on pure cgroup v2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from koordlet.apis.extension import QoSClass
+from koordlet.errors import KoordletError
+from koordlet.qosmanager.plugins.netqos.strategy import GATES, policy_of
+from koordlet.resourceexecutor.tc import CLASS_MINOR
+from koordlet.resourceexecutor.tc_netlink import ROOT_HANDLE
+from koordlet.runtimehooks.deps import HookDeps
+from koordlet.runtimehooks.framework import Hook, HookContext, HookRequest, Stage
+from koordlet.system.kubepaths import cgroup_parent_dir, kube_qos_of_parent
+
+NAME = "tc"
+POLICY_TC = "tc"
+GATE = GATES[POLICY_TC]
+STAGES = frozenset({Stage.PRE_RUN_POD_SANDBOX})
+NET_CLS_CLASSID = "net_cls_classid"
+NET_CLASS = {QoSClass.SYSTEM: "system", QoSClass.LSE: "ls", QoSClass.LSR: "ls", QoSClass.LS: "ls",
+             QoSClass.BE: "be"}
+"""Koordinator ``GetPodNetQoSClassByName``."""
+
+
+def classid(net_class: str) -> int:
+    """``net_cls.classid`` of an HTB class of our backend: ``1:<minor>`` as ``0x0001MMMM``."""
+    return ROOT_HANDLE | CLASS_MINOR[net_class]
+
+
+def pod_qos(request: HookRequest) -> QoSClass:
+    pod = request.pod
+    if pod.kube_qos is None and request.pod_cgroup_parent:
+        try:
+            found = kube_qos_of_parent(cgroup_parent_dir(request.pod_cgroup_parent))
+        except KoordletError as exc:
+            raise KoordletError(f"pod {pod.key}: cgroup parent {request.pod_cgroup_parent!r}: {exc}") from None
+        if found is not None:
+            return dataclasses.replace(pod, kube_qos=found).qos
+    return pod.qos
+
+
+def run(deps: HookDeps, ctx: HookContext) -> None:
+    if not deps.gates.get(GATE, False) or not deps.probes.get(NET_CLS_CLASSID, False):
+        return
+    slo = deps.nodeslo()
+    if slo is None or policy_of(slo) != POLICY_TC:
+        return
+    net_class = NET_CLASS.get(pod_qos(ctx.request))
+    if net_class is not None:
+        ctx.write(NET_CLS_CLASSID, classid(net_class))
+
+
+def new(deps: HookDeps) -> Hook:
+    return Hook(NAME, "pod net_cls.classid of its tc network QoS class", STAGES, lambda ctx: run(deps, ctx))

@@ -1,0 +1,132 @@
+"""Re-applies the hooks to pods and containers that already run (Koordinator ``runtimehooks/reconciler``),
+every ``interval`` seconds and whenever the pod list changes, so a node without NRI or the runtime proxy
+still converges, and values changed behind koordlet's back are repaired.
+
+Each round, for every pod that is not terminated: the ``PreRunPodSandbox`` hooks into the pod's cgroup,
+and for every container with a cgroup directory the ``PreCreateContainer`` hooks into the container's,
+fields and cgroup writes alike, through the resource executor (which skips values it wrote recently, so
+a round that changes nothing costs no writes).  The pods come from the states informer, whose requests
+and limits are the kubelet's full spec (batch resources included), not the CRI's reduced view.
+
+A pod whose hooks fail is logged once per failure streak, not every round; under the Fail policy its
+cgroups are left as they are for that round.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from koordlet.resourceexecutor.update import Outcome
+from koordlet.runtimehooks.apply import Applier
+from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
+from koordlet.statesinformer.framework import PodMeta, StatesInformer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_SECONDS = 10.0
+_FAILED = frozenset({Outcome.INVALID, Outcome.FAILED})
+
+
+class ReconcileMetricsSink(Protocol):
+    def observe_reconciler(self, level: str, resource_type: str, ok: bool, seconds: float) -> None: ...
+
+
+class NullReconcileMetrics:
+    def observe_reconciler(self, level: str, resource_type: str, ok: bool, seconds: float) -> None: ...
+
+
+class Reconciler:
+    name = "runtimehooks-reconciler"
+
+    def __init__(self, runner: HookRunner, applier: Applier, informer: StatesInformer, *,
+                 interval_seconds: float = DEFAULT_INTERVAL_SECONDS, metrics: ReconcileMetricsSink | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self._runner = runner
+        self._applier = applier
+        self._informer = informer
+        self._interval = interval_seconds
+        self._metrics: ReconcileMetricsSink = metrics or NullReconcileMetrics()
+        self._clock = clock
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing: dict[str, str] = {}
+        """pod key -> the error logged for its current failure streak."""
+        self.rounds = 0
+
+    # --- lifecycle --------------------------------------------------------------------------------------
+
+    def start(self, on_failure: Callable[[BaseException], None]) -> None:
+        self._informer.subscribe(lambda _pods: self._wake.set())
+        self._thread = threading.Thread(target=self._loop, args=(on_failure,), name=self.name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_seconds: float) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_seconds)
+
+    def _loop(self, on_failure: Callable[[BaseException], None]) -> None:
+        try:
+            while not self._stop.is_set():
+                self.reconcile(self._informer.pods())
+                self._wake.wait(self._interval)
+                self._wake.clear()
+        except BaseException as exc:  # a bug here must stop the daemon loudly, not leave cgroups unmanaged
+            on_failure(exc)
+
+    # --- one round --------------------------------------------------------------------------------------
+
+    def reconcile(self, pods: Sequence[PodMeta]) -> None:
+        seen: set[str] = set()
+        for meta in pods:
+            if meta.pod.terminated or not meta.cgroup_dir:
+                continue
+            seen.add(meta.pod.key)
+            self._pod(meta)
+        for key in set(self._failing) - seen:
+            del self._failing[key]
+        self.rounds += 1
+
+    def _pod(self, meta: PodMeta) -> None:
+        pod = meta.pod
+        errors: list[str] = []
+        request = HookRequest(Stage.PRE_RUN_POD_SANDBOX, pod, meta.cgroup_dir)
+        errors += self._run(request, meta.cgroup_dir, "pod")
+        specs = {c.name: c for c in pod.containers}
+        for container in meta.containers:
+            spec = specs.get(container.name)
+            if spec is None or not container.container_id or not container.cgroup_dir:
+                continue
+            request = HookRequest(Stage.PRE_CREATE_CONTAINER, pod, meta.cgroup_dir, spec, spec.container_id)
+            errors += self._run(request, container.cgroup_dir, "container")
+        if errors:
+            text = "; ".join(errors)
+            if self._failing.get(pod.key) != text:
+                log.warning("runtime hooks reconcile failed", extra={"pod": pod.key, "error": text})
+            self._failing[pod.key] = text
+        elif self._failing.pop(pod.key, None) is not None:
+            log.info("runtime hooks reconcile recovered", extra={"pod": pod.key})
+
+    def _run(self, request: HookRequest, rel_dir: str, level: str) -> list[str]:
+        if not self._runner.hooks(request.stage):
+            return []
+        result = self._runner.run(request)
+        if result.failed:
+            return result.errors
+        started = self._clock()
+        results = self._applier.write(request, result.adjustment, with_fields=True, rel_dir=rel_dir)
+        seconds = self._clock() - started
+        problems = list(result.errors)
+        for outcome in results:
+            ok = outcome.outcome not in _FAILED
+            self._metrics.observe_reconciler(level, outcome.update.resource, ok, seconds / max(1, len(results)))
+            if not ok:
+                problems.append(f"{outcome.update.resource} in {rel_dir}: {outcome.outcome.value}"
+                                + (f" ({outcome.error})" if outcome.error else ""))
+        return problems

@@ -1,0 +1,301 @@
+"""The NRI plugin against a runtime that speaks NRI v0.6.1's wire on a real unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordlet.apis.proto.nri.v1alpha1 import api_pb2
+from koordlet.apis.proto.ttrpc import request_pb2
+from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
+from koordlet.runtimehooks.apply import Applier
+from koordlet.runtimehooks.framework import FailurePolicy, Hook, HookContext, HookRunner, Stage
+from koordlet.runtimehooks.hooks import batchresource
+from koordlet.runtimehooks.nri import frames, ttrpc
+from koordlet.runtimehooks.nri.plugin import NriPlugin, event_mask
+from tests.fixtures.fakenri import FakeNriRuntime
+
+BE_SPEC = json.dumps({"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"},
+                                                "limits": {"kubernetes.io/batch-cpu": "1000",
+                                                           "kubernetes.io/batch-memory": "256Mi"}}}})
+
+
+@pytest.fixture
+def socket_path() -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="knri-") as tmp:  # short: unix socket paths max 108 bytes
+        yield str(Path(tmp) / "nri.sock")
+
+
+class Writes:
+    def __init__(self) -> None:
+        self.updates: list[CgroupUpdate] = []
+
+    def __call__(self, updates: list[CgroupUpdate]) -> list[Result]:
+        self.updates += updates
+        return [Result(u, Outcome.WRITTEN, None, None) for u in updates]
+
+
+def sandbox(uid: str = "u1", qos: str = "BE", parent: str = "/kubepods/besteffort/podu1",
+            annotations: dict[str, str] | None = None) -> Any:
+    pod = api_pb2.PodSandbox(id="sb-" + uid, name="p-" + uid, uid=uid, namespace="default",
+                             labels={"koordinator.sh/qosClass": qos},
+                             annotations={"node.koordinator.sh/extended-resource-spec": BE_SPEC,
+                                          **(annotations or {})})
+    pod.linux.cgroup_parent = parent
+    return pod
+
+
+def container(cid: str = "c1") -> Any:
+    c = api_pb2.Container(id=cid, pod_sandbox_id="sb-u1", name="main")
+    c.linux.cgroups_path = f"/kubepods/besteffort/podu1/{cid}"
+    return c
+
+
+def env_hook(entries: int) -> Hook:
+    def fn(ctx: HookContext) -> None:
+        for i in range(entries):
+            ctx.set_entry("env", f"KOORD_TEST_{i:04d}", "x" * 40)
+    return Hook("zz-env", "many env entries", frozenset({Stage.PRE_CREATE_CONTAINER}), fn)
+
+
+def idle_hook() -> Hook:
+    def fn(ctx: HookContext) -> None:
+        ctx.write("cpu_idle", 1)
+    return Hook("idle", "cpu.idle for the pod", frozenset({Stage.PRE_RUN_POD_SANDBOX}), fn)
+
+
+Scenario = Callable[[FakeNriRuntime, NriPlugin], Awaitable[None]]
+
+
+def run(socket_path: str, scenario: Scenario, hooks: list[Hook] | None = None, *,
+        policy: FailurePolicy = FailurePolicy.IGNORE, writes: Writes | None = None, **fake: Any) -> None:
+    async def main() -> None:
+        runtime = FakeNriRuntime(socket_path, **fake)
+        await runtime.start()
+        runner = HookRunner(hooks if hooks is not None else [batchresource.new()], policy=policy)
+        plugin = NriPlugin(runner, Applier(writes or Writes()), socket_path, backoff_start=0.05, backoff_max=0.2)
+        task = asyncio.create_task(plugin.run())
+        try:
+            await scenario(runtime, plugin)
+        finally:
+            plugin.stop()
+            await asyncio.wait_for(task, 5)
+            await runtime.stop()
+    asyncio.run(main())
+
+
+def test_registers_once_and_adjusts_a_be_container(socket_path: str) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        assert (conn.name, conn.idx) == ("koordlet_nri", "00")
+        assert conn.events == 1 << (api_pb2.CREATE_CONTAINER - 1) | 1 << (api_pb2.UPDATE_CONTAINER - 1)
+        answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=sandbox(), container=container()), api_pb2.CreateContainerResponse)
+        resources = answer.adjust.linux.resources
+        assert resources.cpu.shares.value == 512
+        assert resources.cpu.quota.value == 100_000
+        assert resources.memory.limit.value == 256 << 20
+        assert runtime.registrations == 1 and plugin.stats.registrations == 1
+    run(socket_path, scenario)
+
+
+def test_ls_container_is_left_alone(socket_path: str) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=sandbox(qos="LS", parent="/kubepods/burstable/podu1"), container=container()),
+            api_pb2.CreateContainerResponse)
+        assert answer.adjust == api_pb2.ContainerAdjustment()
+    run(socket_path, scenario)
+
+
+def test_update_container_answers_a_container_update(socket_path: str) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        request = api_pb2.UpdateContainerRequest(pod=sandbox(), container=container("c9"))
+        answer = await runtime.call(conn, "UpdateContainer", request, api_pb2.UpdateContainerResponse)
+        assert [u.container_id for u in answer.update] == ["c9"]
+        assert answer.update[0].linux.resources.cpu.shares.value == 512
+    run(socket_path, scenario)
+
+
+def test_adjustment_over_4k_is_sent_in_4096_byte_frames(socket_path: str) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=sandbox(), container=container()), api_pb2.CreateContainerResponse)
+        assert len(answer.adjust.env) == 200
+        assert answer.ByteSize() > 10_000
+        assert conn.max_frame_seen == frames.MUX_SEND_FRAME_MAX  # split, never above the runtime's buffer
+    run(socket_path, scenario, [batchresource.new(), env_hook(200)])
+
+
+def test_pod_event_writes_through_the_executor(socket_path: str) -> None:
+    writes = Writes()
+
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        assert conn.events & 1 << (api_pb2.RUN_POD_SANDBOX - 1)
+        event = api_pb2.StateChangeEvent(event=api_pb2.RUN_POD_SANDBOX, pod=sandbox())
+        await runtime.call(conn, "StateChange", event, api_pb2.Empty)
+    run(socket_path, scenario, [idle_hook()], writes=writes)
+    assert [(u.resource, u.rel_dir, u.value, u.owner) for u in writes.updates] == [
+        ("cpu_idle", "kubepods/besteffort/podu1", 1, "runtimehooks/idle")]
+
+
+def test_reconnects_with_one_registration_per_connection(socket_path: str) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        for round_ in range(1, 6):
+            conn = await runtime.wait_ready(round_)
+            assert len(runtime.live) == 1
+            conn.writer.close()  # the runtime drops the plugin (containerd restart, late reply...)
+            await conn.closed.wait()
+        conn = await runtime.wait_ready(6)
+        await asyncio.sleep(0.3)  # several backoff periods: no extra dial may register again
+        assert runtime.registrations == 6 == plugin.stats.registrations
+        assert len(runtime.live) == 1
+        answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=sandbox(), container=container()), api_pb2.CreateContainerResponse)
+        assert answer.adjust.linux.resources.cpu.shares.value == 512
+    run(socket_path, scenario)
+
+
+def test_configure_before_the_registration_reply(socket_path: str) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        assert conn.events and runtime.registrations == 1
+    run(socket_path, scenario, configure_first=True)
+
+
+def test_waits_for_a_socket_that_appears_later(socket_path: str) -> None:
+    async def main() -> None:
+        plugin = NriPlugin(HookRunner([batchresource.new()]), Applier(Writes()), socket_path,
+                           backoff_start=0.05, backoff_max=0.1)
+        task = asyncio.create_task(plugin.run())
+        await asyncio.sleep(0.3)
+        assert plugin.stats.registrations == 0
+        runtime = FakeNriRuntime(socket_path)
+        await runtime.start()
+        await runtime.wait_ready()
+        plugin.stop()
+        await asyncio.wait_for(task, 5)
+        await runtime.stop()
+        assert runtime.registrations == 1
+    asyncio.run(main())
+
+
+def test_fail_policy_reports_the_hook_error(socket_path: str) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        bad = sandbox(annotations={"node.koordinator.sh/extended-resource-spec": "{not json"})
+        with pytest.raises(RuntimeError, match=r"status 13: .*extended-resource-spec: not JSON"):
+            await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+                pod=bad, container=container()), api_pb2.CreateContainerResponse)
+        assert len(runtime.live) == 1  # still registered
+    run(socket_path, scenario, policy=FailurePolicy.FAIL)
+
+
+def test_ignore_policy_creates_unadjusted(socket_path: str) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        bad = sandbox(annotations={"node.koordinator.sh/extended-resource-spec": "{not json"})
+        answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=bad, container=container()), api_pb2.CreateContainerResponse)
+        assert answer.adjust == api_pb2.ContainerAdjustment()
+    run(socket_path, scenario)
+
+
+# --- bad input ----------------------------------------------------------------------------------------------
+
+
+def request_bytes(method: str, payload: bytes, service: str = "nri.pkg.api.v1alpha1.Plugin") -> bytes:
+    return request_pb2.Request(service=service, method=method, payload=payload).SerializeToString()
+
+
+@pytest.mark.parametrize(("body", "code", "text"), [
+    (request_bytes("Frobnicate", b""), ttrpc.UNIMPLEMENTED, "Frobnicate not implemented"),
+    (request_bytes("Configure", b"", service="nri.Other"), ttrpc.UNIMPLEMENTED, "nri.Other"),
+    (request_bytes("CreateContainer", b"\x0a\xff\xff"), ttrpc.INVALID_ARGUMENT, "bad CreateContainerRequest"),
+    (b"\xff\xff\xff\xff", ttrpc.INVALID_ARGUMENT, "not a ttrpc request"),
+])
+def test_bad_requests_get_ttrpc_statuses_and_the_plugin_stays(socket_path: str, body: bytes, code: int,
+                                                             text: str) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        response = await runtime.raw_call(conn, body)
+        assert response.status.code == code and text in response.status.message
+        answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=sandbox(), container=container()), api_pb2.CreateContainerResponse)
+        assert answer.adjust.linux.resources.cpu.shares.value == 512
+        assert runtime.registrations == 1
+    run(socket_path, scenario)
+
+
+def test_oversize_request_is_refused_and_skipped(socket_path: str) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        response = await runtime.raw_call(conn, b"\0" * (frames.MESSAGE_LENGTH_MAX + 1), timeout=10)
+        assert response.status.code == ttrpc.RESOURCE_EXHAUSTED
+        answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=sandbox(), container=container()), api_pb2.CreateContainerResponse)
+        assert answer.adjust.linux.resources.cpu.shares.value == 512
+    run(socket_path, scenario)
+
+
+def test_synchronize_over_4mib_is_answered_and_the_plugin_stays(socket_path: str) -> None:
+    # containerd 1.7.24 sent a 5.3 MB Synchronize; refusing it would fail every registration (Koordinator #2678).
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=sandbox(), container=container()), api_pb2.CreateContainerResponse)
+        assert answer.adjust.linux.resources.cpu.shares.value == 512
+        assert runtime.registrations == 1 and len(runtime.live) == 1
+    run(socket_path, scenario, huge_sync_bytes=5_300_000)
+
+
+def test_unknown_message_types_and_stray_answers_are_dropped(socket_path: str) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        junk = frames.TTRPC_HEADER.pack(3, 7, 9, 0) + b"abc"  # type 9
+        junk += frames.encode_message(9, frames.MessageType.RESPONSE, b"\x01")  # an answer nobody asked for
+        await runtime.raw(conn, frames.encode_mux_frame(frames.PLUGIN_SERVICE_CONN, junk))
+        await runtime.raw(conn, frames.encode_mux_frame(frames.RUNTIME_SERVICE_CONN,
+                                                        frames.encode_message(99, frames.MessageType.RESPONSE,
+                                                                              b"\xff")))
+        await runtime.raw(conn, frames.encode_mux_frame(7, b"conn nobody opened"))
+        answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=sandbox(), container=container()), api_pb2.CreateContainerResponse)
+        assert answer.adjust.linux.resources.cpu.shares.value == 512
+        assert runtime.registrations == 1
+    run(socket_path, scenario)
+
+
+@pytest.mark.parametrize("garbage", [
+    frames.MUX_HEADER.pack(1, frames.MUX_RECEIVE_MAX + 1) + b"x",  # a corrupt trunk
+    frames.MUX_HEADER.pack(1, 100) + b"truncated",  # then the runtime hangs up
+])
+def test_broken_trunk_reconnects_cleanly(socket_path: str, garbage: bytes) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        await runtime.raw(conn, garbage)
+        if b"truncated" in garbage:
+            conn.writer.close()
+        await asyncio.wait_for(conn.closed.wait(), 5)
+        conn = await runtime.wait_ready(2)
+        answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=sandbox(), container=container()), api_pb2.CreateContainerResponse)
+        assert answer.adjust.linux.resources.cpu.shares.value == 512
+        assert runtime.registrations == 2 and len(runtime.live) == 1
+    run(socket_path, scenario)
+
+
+def test_event_mask_never_zero_nor_beyond_nri_0_6() -> None:
+    assert event_mask(HookRunner([])) == 1 << (api_pb2.RUN_POD_SANDBOX - 1)
+    every = Hook("all", "", frozenset(Stage), lambda ctx: None)
+    assert event_mask(HookRunner([every])) <= 0x7FF
