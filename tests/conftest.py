@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.fakehost", "tests.fixtures.realcgroup", "tests.fixtures.fakekubelet"]
+pytest_plugins = [
+    "tests.fixtures.fakehost", "tests.fixtures.realcgroup", "tests.fixtures.fakekubelet", "tests.fixtures.containerd",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TESTS_DIR = REPO_ROOT / "tests"

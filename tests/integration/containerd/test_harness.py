@@ -8,47 +8,17 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
 from tests.fixtures.containerd import (
     CGROUP_ROOT,
-    CONTAINERD17_VERSION,
     Containerd,
-    ContainerdUnavailable,
     CriClient,
     cgroup_dir,
-    containerd17_binary_dir,
     read_container_cgroup,
-    unavailable_reason,
     unique_pod_uid,
 )
-
-
-@pytest.fixture
-def requires_containerd() -> None:
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-
-
-@pytest.fixture
-def containerd16(requires_containerd: None) -> Iterator[Containerd]:
-    with Containerd() as instance:
-        yield instance
-
-
-@pytest.fixture
-def containerd17(requires_containerd: None) -> Iterator[Containerd]:
-    try:
-        binary_dir = containerd17_binary_dir()
-    except ContainerdUnavailable as error:
-        pytest.skip(f"containerd {CONTAINERD17_VERSION} not available: {error}")
-    with Containerd(binary_dir=binary_dir, nri=True) as instance:
-        yield instance
 
 
 def _pod_cgroup_dirs(cgroup_parent: str) -> list[Path]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from koordlet.apis.proto.nri.v1alpha1 import api_pb2
 from koordlet.apis.proto.ttrpc import request_pb2
@@ -299,3 +302,30 @@ def test_event_mask_never_zero_nor_beyond_nri_0_6() -> None:
     assert event_mask(HookRunner([])) == 1 << (api_pb2.RUN_POD_SANDBOX - 1)
     every = Hook("all", "", frozenset(Stage), lambda ctx: None)
     assert event_mask(HookRunner([every])) <= 0x7FF
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(
+    st.binary(max_size=64),  # raw garbage on the trunk
+    st.builds(lambda conn, body: frames.encode_mux_frame(conn, body), st.sampled_from([1, 2, 3]),
+              st.binary(max_size=64)),  # well-framed garbage
+    st.builds(lambda sid, kind, body: frames.encode_mux_frame(
+        1, frames.TTRPC_HEADER.pack(len(body), sid, kind, 0) + body),
+        st.integers(0, 2**32 - 1), st.integers(0, 255), st.binary(max_size=64)),  # garbage ttrpc messages
+), min_size=1, max_size=6))
+def test_fuzzed_input_leaves_a_working_plugin(socket_path: str, chunks: list[bytes]) -> None:
+    # Whatever arrives, the plugin either keeps serving or drops the connection and registers again.
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        with contextlib.suppress(ConnectionError):
+            for chunk in chunks:
+                await runtime.raw(conn, chunk)
+        await asyncio.sleep(0.01)  # let the plugin chew on it
+        # A runtime whose trunk got garbled times out and hangs up: the plugin must come back, once.
+        conn.writer.close()
+        conn = await runtime.wait_ready(2)
+        answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=sandbox(), container=container()), api_pb2.CreateContainerResponse)
+        assert answer.adjust.linux.resources.cpu.shares.value == 512
+        assert len(runtime.live) == 1
+    run(socket_path, scenario)

@@ -1,0 +1,363 @@
+"""Latency of a runtime hook request as the runtime sees it (issue targets: NRI p99 <= 5 ms, RuntimeHookService
+p99 <= 2 ms).
+
+Two transports, each served by a child process (``multiprocessing`` spawn) so every round trip crosses a
+real unix socket between two processes, as with containerd or koord-runtime-proxy, and the two sides do
+not share an event loop or a GIL:
+
+  a  NRI: this process is the runtime (:class:`tests.fixtures.fakenri.FakeNriRuntime`, NRI v0.6.1's wire);
+     the child runs :class:`~koordlet.runtimehooks.nri.plugin.NriPlugin`, which dials it, registers, and
+     answers ``CreateContainer`` with a ``ContainerAdjustment``;
+  b  RuntimeHookService: the child runs :class:`~koordlet.runtimehooks.hookserver.server.HookServer`; this
+     process calls ``PreCreateContainerHook`` through the generated gRPC stub, as the proxy does.
+
+Both children run the daemon's hook list (``build_hooks`` under the default feature gates, a hook metrics
+histogram as in the daemon), freeze the heap with ``gc.freeze`` once started as the daemon does, and hand
+cgroup writes to an :class:`~koordlet.runtimehooks.apply.Applier` that only records them.  Requests
+alternate a BE pod (batch-cpu/batch-memory in ``node.koordinator.sh/extended-resource-spec``) and an LS pod
+bound to cpu 1 (``scheduling.koordinator.sh/resource-status``); the answers are checked once after the
+warm-up.  Calls are sequential: each is one runtime request, timed from send to parsed answer.
+
+Besides the percentiles it prints the CPU each side spent per request and the in-process cost of
+converting the request and running the hooks, so a slow p99 can be told apart from the transport.  Runs
+without root (no cgroup is written):
+
+    python -m tests.bench.bench_runtimehooks [--requests 2000] [--warmup 200] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from koordlet.apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, ANNOTATION_RESOURCE_STATUS, LABEL_QOS
+from koordlet.apis.nodeslo import NodeSLOSpec
+from koordlet.apis.proto.nri.v1alpha1 import api_pb2 as nri_pb2
+from koordlet.apis.proto.runtime.v1alpha1 import api_pb2 as rhs_pb2
+from koordlet.config import gates
+from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
+from koordlet.runtimehooks.apply import Applier
+from koordlet.runtimehooks.deps import HookDeps
+from koordlet.runtimehooks.framework import HookRunner, Stage
+from koordlet.runtimehooks.hooks import build_hooks
+
+TARGETS_MS = {"NRI CreateContainer": 5.0, "RuntimeHookService PreCreateContainerHook": 2.0}
+GI = 1 << 30
+MI = 1 << 20
+BE_SPEC = json.dumps({"containers": {"main": {
+    "requests": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "1Gi"},
+    "limits": {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "2Gi"}}}})
+LS_STATUS = json.dumps({"cpuset": "1"})
+SHARED_POOLS = json.dumps([{"socket": 0, "node": 0, "cpuset": "0-7"}])
+PODS = (("BE", "/kubepods/besteffort/podbe", {ANNOTATION_EXTENDED_RESOURCE_SPEC: BE_SPEC}),
+        ("LS", "/kubepods/burstable/podls", {ANNOTATION_RESOURCE_STATUS: LS_STATUS}))
+"""(QoS label, cgroup parent, the pod annotations the hooks read) of the two pods the requests alternate."""
+START_TIMEOUT = 60.0
+"""Seconds for a child to import koordlet and start serving (a spawn on a loaded 2-core VM is slow)."""
+
+
+# --- the plugin side (child processes) -----------------------------------------------------------------
+
+
+def hook_runner() -> HookRunner:
+    """The daemon's hooks under the default gates (koordlet/cli/agent.py ``build_runtime_hooks``), with a
+    real hook-duration histogram; no resctrl/coresched executors (they need the host's filesystems)."""
+    from prometheus_client import CollectorRegistry
+
+    from koordlet.metrics.runtimehooks import RuntimeHookMetrics
+
+    slo = NodeSLOSpec()
+    deps = HookDeps(gates=gates.resolve({}), probes={}, nodeslo=lambda: slo, shared_pools=lambda: SHARED_POOLS)
+    return HookRunner(build_hooks(deps), metrics=RuntimeHookMetrics(CollectorRegistry(), "bench"))
+
+
+class RecordingApply:
+    """The executor's ``apply`` without the cgroup writes."""
+
+    def __init__(self) -> None:
+        self.updates = 0
+
+    def __call__(self, updates: list[CgroupUpdate]) -> list[Result]:
+        self.updates += len(updates)
+        return [Result(u, Outcome.WRITTEN, None, None) for u in updates]
+
+
+def serve_nri(socket_path: str) -> None:
+    """Child entry: the NRI plugin against the runtime socket until terminated."""
+    from koordlet.runtimehooks.nri.plugin import NriPlugin
+
+    async def main() -> None:
+        plugin = NriPlugin(hook_runner(), Applier(RecordingApply()), socket_path, backoff_start=0.05,
+                           backoff_max=0.2)
+        task = asyncio.create_task(plugin.run())
+        await asyncio.sleep(0)
+        gc.freeze()
+        await task
+
+    asyncio.run(main())
+
+
+def serve_hookserver(socket_path: str, control: Connection) -> None:
+    """Child entry: the RuntimeHookService server; says "ready" on ``control`` and stops when it closes."""
+    from koordlet.runtimehooks.hookserver.server import HookServer
+
+    server = HookServer(hook_runner(), socket_path, None, applier=Applier(RecordingApply()))
+    server.start()
+    gc.freeze()
+    control.send("ready")
+    try:
+        control.recv()
+    except EOFError:
+        pass
+    finally:
+        server.stop()
+
+
+# --- requests --------------------------------------------------------------------------------------------
+
+
+def nri_requests() -> list[Any]:
+    """A BE and an LS CreateContainer request as containerd 1.7 sends them."""
+    out = []
+    for i, (qos, parent, extra) in enumerate(PODS):
+        uid = parent.rsplit("/pod", 1)[1]
+        pod = nri_pb2.PodSandbox(id=f"sb-{uid}", name=f"bench-{uid}", uid=uid, namespace="bench",
+                                 labels={LABEL_QOS: qos, "app": "bench"},
+                                 annotations={"kubernetes.io/config.source": "api", **extra})
+        pod.linux.cgroup_parent = parent
+        cid = f"{i:064x}"
+        container = nri_pb2.Container(id=cid, pod_sandbox_id=pod.id, name="main",
+                                      labels={"io.kubernetes.container.name": "main"},
+                                      env=["PATH=/usr/bin:/bin", "HOME=/root"])
+        container.linux.cgroups_path = f"{parent}/{cid}"
+        resources = container.linux.resources
+        resources.cpu.shares.value = 2
+        resources.cpu.period.value = 100_000
+        if qos == "LS":
+            resources.cpu.shares.value = 1024
+            resources.cpu.quota.value = 100_000
+            resources.memory.limit.value = 512 * MI
+        out.append(nri_pb2.CreateContainerRequest(pod=pod, container=container))
+    return out
+
+
+def check_nri(be: Any, ls: Any) -> None:
+    res = be.adjust.linux.resources
+    assert (res.cpu.shares.value, res.cpu.quota.value, res.memory.limit.value) == (1024, 200_000, 2 * GI), be
+    assert ls.adjust.linux.resources.cpu.cpus == "1", ls
+    assert ls.adjust.linux.resources.cpu.quota.value == -1, ls
+
+
+def rhs_requests() -> list[Any]:
+    """The same two pods as koord-runtime-proxy sends them (``ContainerResourceHookRequest``)."""
+    out = []
+    for i, (qos, parent, extra) in enumerate(PODS):
+        uid = parent.rsplit("/pod", 1)[1]
+        ls = qos == "LS"
+        out.append(rhs_pb2.ContainerResourceHookRequest(
+            pod_meta=rhs_pb2.PodSandboxMetadata(name=f"bench-{uid}", uid=uid, namespace="bench", attempt=0),
+            container_mata=rhs_pb2.ContainerMetadata(name="main", attempt=0, id=f"{i:064x}"),
+            container_annotations={"io.kubernetes.container.name": "main"},
+            container_resources=rhs_pb2.LinuxContainerResources(
+                cpu_period=100_000, cpu_quota=100_000 if ls else 0, cpu_shares=1024 if ls else 2,
+                memory_limit_in_bytes=512 * MI if ls else 0, oom_score_adj=-997 if ls else 1000),
+            pod_annotations={"kubernetes.io/config.source": "api", **extra},
+            pod_labels={LABEL_QOS: qos, "app": "bench"}, pod_cgroup_parent=parent,
+            container_envs={"PATH": "/usr/bin:/bin", "HOME": "/root"}))
+    return out
+
+
+def check_rhs(be: Any, ls: Any) -> None:
+    res = be.container_resources
+    assert (res.cpu_shares, res.cpu_quota, res.memory_limit_in_bytes) == (1024, 200_000, 2 * GI), be
+    assert (ls.container_resources.cpuset_cpus, ls.container_resources.cpu_quota) == ("1", -1), ls
+
+
+# --- the runtime side (this process) ---------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process from /proc (clock ticks, so only meaningful over many requests)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Run:
+    """Latencies (ms) of the timed calls and the CPU both sides spent on them."""
+
+    def __init__(self, name: str, latencies: list[float], client_cpu: float, server_cpu: float) -> None:
+        self.name = name
+        self.latencies = latencies
+        self.client_cpu_ms = client_cpu * 1000 / len(latencies)
+        self.server_cpu_ms = server_cpu * 1000 / len(latencies)
+
+    def percentile(self, p: int) -> float:
+        return statistics.quantiles(self.latencies, n=100, method="inclusive")[p - 1]
+
+
+def timed(name: str, pid: int, n: int, call: Callable[[int], object]) -> Run:
+    latencies: list[float] = []
+    server_before, client_before = cpu_seconds(pid), time.process_time()
+    for i in range(n):
+        started = time.perf_counter()
+        call(i)
+        latencies.append((time.perf_counter() - started) * 1000)
+    return Run(name, latencies, time.process_time() - client_before, cpu_seconds(pid) - server_before)
+
+
+def stop_child(process: Any) -> None:
+    """Ends the child by its pid: SIGTERM, then SIGKILL if it lingers."""
+    if process.is_alive():
+        process.terminate()
+        process.join(5)
+    if process.is_alive():
+        process.kill()
+        process.join(5)
+
+
+def bench_nri(ctx: Any, tmp: str, n: int, warmup: int) -> Run:
+    from tests.fixtures.fakenri import FakeNriRuntime
+
+    socket_path = os.path.join(tmp, "nri.sock")
+    requests = nri_requests()
+    child = ctx.Process(target=serve_nri, args=(socket_path,), name="bench-nri-plugin", daemon=True)
+
+    async def main() -> Run:
+        runtime = FakeNriRuntime(socket_path)
+        await runtime.start()
+        child.start()
+        try:
+            conn = await runtime.wait_ready(timeout=START_TIMEOUT)
+            for i in range(warmup):
+                await runtime.call(conn, "CreateContainer", requests[i % 2], nri_pb2.CreateContainerResponse)
+            check_nri(*[await runtime.call(conn, "CreateContainer", r, nri_pb2.CreateContainerResponse)
+                        for r in requests])
+            latencies: list[float] = []
+            server_before, client_before = cpu_seconds(child.pid), time.process_time()
+            for i in range(n):
+                started = time.perf_counter()
+                await runtime.call(conn, "CreateContainer", requests[i % 2], nri_pb2.CreateContainerResponse)
+                latencies.append((time.perf_counter() - started) * 1000)
+            return Run("NRI CreateContainer", latencies, time.process_time() - client_before,
+                       cpu_seconds(child.pid) - server_before)
+        finally:
+            # The plugin goes first, so the runtime's connection handlers end on EOF and not by cancellation.
+            stop_child(child)
+            for conn in runtime.live:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(conn.closed.wait(), 5)
+            await runtime.stop()
+
+    try:
+        return asyncio.run(main())
+    finally:
+        stop_child(child)
+
+
+def bench_hookserver(ctx: Any, tmp: str, n: int, warmup: int) -> Run:
+    import grpc
+
+    from koordlet.apis.proto.runtime.v1alpha1 import api_pb2_grpc
+
+    socket_path = os.path.join(tmp, "koordlet.sock")
+    requests = rhs_requests()
+    control, child_end = ctx.Pipe()
+    child = ctx.Process(target=serve_hookserver, args=(socket_path, child_end), name="bench-hookserver",
+                        daemon=True)
+    child.start()
+    child_end.close()
+    try:
+        if not control.poll(START_TIMEOUT) or control.recv() != "ready":
+            raise RuntimeError("hook server child did not start")
+        with grpc.insecure_channel(f"unix:{socket_path}") as channel:
+            stub = api_pb2_grpc.RuntimeHookServiceStub(channel)  # type: ignore[no-untyped-call]
+            for i in range(warmup):
+                stub.PreCreateContainerHook(requests[i % 2], timeout=2)
+            check_rhs(*[stub.PreCreateContainerHook(r, timeout=2) for r in requests])
+            return timed("RuntimeHookService PreCreateContainerHook", child.pid, n,
+                         lambda i: stub.PreCreateContainerHook(requests[i % 2], timeout=2))
+    finally:
+        control.close()
+        child.join(5)
+        stop_child(child)
+
+
+def in_process_ms(n: int) -> tuple[float, float]:
+    """Median ms of converting a request and running the hooks, with no transport: (NRI, RuntimeHookService)."""
+    from koordlet.runtimehooks.hookserver import convert as rhs_convert
+    from koordlet.runtimehooks.nri import convert as nri_convert
+
+    runner = hook_runner()
+    nri, rhs = nri_requests(), rhs_requests()
+
+    def nri_one(i: int) -> None:
+        r = nri[i % 2]
+        result = runner.run(nri_convert.container_request(Stage.PRE_CREATE_CONTAINER, r.pod, r.container,
+                                                          "containerd"))
+        nri_pb2.CreateContainerResponse(adjust=nri_convert.container_adjustment(result.adjustment))
+
+    def rhs_one(i: int) -> None:
+        r = rhs[i % 2]
+        result = runner.run(rhs_convert.container_request(Stage.PRE_CREATE_CONTAINER, r))
+        rhs_convert.container_response(r, result.adjustment)
+
+    out = []
+    for one in (nri_one, rhs_one):
+        samples = []
+        for i in range(n):
+            started = time.perf_counter()
+            one(i)
+            samples.append((time.perf_counter() - started) * 1000)
+        out.append(statistics.median(samples))
+    return out[0], out[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=2000, help="timed requests per transport")
+    parser.add_argument("--warmup", type=int, default=200, help="untimed requests first")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args(argv)
+    if args.requests < 2:
+        parser.error("--requests must be at least 2")
+    ctx = multiprocessing.get_context("spawn")
+    gc.freeze()
+    with tempfile.TemporaryDirectory(prefix="kbrh-") as tmp:  # short: unix socket paths max 108 bytes
+        runs = [bench_nri(ctx, tmp, args.requests, args.warmup),
+                bench_hookserver(ctx, tmp, args.requests, args.warmup)]
+    nri_hooks, rhs_hooks = in_process_ms(max(args.requests // 4, 100))
+
+    print(f"runtime hook round trips: {args.requests} sequential PreCreateContainer requests per transport "
+          f"(BE/LS alternating, {args.warmup} warm-up), plugin in a child process, {os.cpu_count()} CPUs")
+    print(f"  {'transport':44s} {'p50':>7s} {'p90':>7s} {'p99':>7s} {'max':>7s} ms   "
+          f"{'cpu/req runtime':>15s} {'plugin':>7s} ms")
+    for run in runs:
+        print(f"  {run.name:44s} {run.percentile(50):7.3f} {run.percentile(90):7.3f} {run.percentile(99):7.3f} "
+              f"{max(run.latencies):7.3f}      {run.client_cpu_ms:15.3f} {run.server_cpu_ms:7.3f}")
+    print(f"  hooks alone, in process (convert + run + answer, median): NRI {nri_hooks:.3f} ms, "
+          f"RuntimeHookService {rhs_hooks:.3f} ms")
+    missed = False
+    for run in runs:
+        target = TARGETS_MS[run.name]
+        ratio = run.percentile(99) / target
+        verdict = "PASS" if ratio <= 1.0 else "over target"
+        missed |= ratio > 1.0
+        print(f"  {run.name}: ratio p99/target = {ratio:.2f} (target p99 <= {target:g} ms): {verdict}")
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""The NRI plugin against real containerd 1.7.24 (NRI v0.6.1): pods created over CRI get their containers'
+cgroups from koordlet's answers, read back from the real cgroup files; the koordlet process restarted ten
+times while pods come and go registers exactly once per start and adjusts every pod created while it is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordlet.config import gates
+from koordlet.resourceexecutor.update import CgroupUpdate, Result
+from koordlet.runtimehooks.apply import Applier
+from koordlet.runtimehooks.deps import HookDeps
+from koordlet.runtimehooks.framework import Hook, HookContext, HookRunner, Stage
+from koordlet.runtimehooks.hooks import build_hooks
+from koordlet.runtimehooks.nri.plugin import NriPlugin
+from tests.fixtures.containerd import Containerd, CriClient, cgroup_dir, read_container_cgroup, unique_pod_uid
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+BE_SPEC = json.dumps({"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"},
+                                                "limits": {"kubernetes.io/batch-cpu": "1000",
+                                                           "kubernetes.io/batch-memory": "256Mi"}}}})
+BE_LABELS = {"koordinator.sh/qosClass": "BE"}
+BE_ANNOTATIONS = {"node.koordinator.sh/extended-resource-spec": BE_SPEC}
+SLEEP = ["/bin/sleep", "3600"]
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def be_pod(client: CriClient, name: str) -> tuple[str, str, str]:
+    """A BE pod with batch resources and its running container: (pod id, cgroup parent, container id)."""
+    uid = unique_pod_uid()
+    parent = f"/kubepods/besteffort/pod{uid}"
+    pod_id = client.run_pod(name, uid, "default", parent, labels=BE_LABELS, annotations=BE_ANNOTATIONS)
+    container_id = client.create_container(pod_id, None, "main", SLEEP)
+    client.start(container_id)
+    return pod_id, parent, container_id
+
+
+def assert_be_adjusted(parent: str, container_id: str) -> None:
+    assert read_container_cgroup(parent, container_id, "cpu.shares") == "512"  # 500m batch-cpu request
+    assert read_container_cgroup(parent, container_id, "cpu.cfs_quota_us") == "100000"  # 1000m limit
+    assert read_container_cgroup(parent, container_id, "memory.limit_in_bytes", "memory") == str(256 << 20)
+
+
+def remove_pod(client: CriClient, pod_id: str) -> None:
+    client.stop_pod(pod_id)
+    client.remove_pod(pod_id)
+
+
+# --- in-process plugin with the daemon's hooks ---------------------------------------------------------------
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.updates: list[CgroupUpdate] = []
+
+    def __call__(self, updates: list[CgroupUpdate]) -> list[Result]:
+        self.updates += updates
+        return []
+
+
+def many_env(count: int) -> Hook:
+    def fn(ctx: HookContext) -> None:
+        if ctx.request.pod.labels.get("koordlet.test/many-env"):
+            for i in range(count):
+                ctx.set_entry("env", f"KOORDLET_TEST_{i:03d}", "v" * 48)
+    return Hook("zz-many-env", "test: an adjustment larger than 4 KiB", frozenset({Stage.PRE_CREATE_CONTAINER}), fn)
+
+
+@pytest.fixture
+def plugin(containerd17: Containerd) -> Iterator[NriPlugin]:
+    hooks = [*build_hooks(HookDeps(gates=gates.resolve({}))), many_env(120)]
+    nri = NriPlugin(HookRunner(hooks), Applier(Recorded()), str(containerd17.nri_socket))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(nri.run(),), daemon=True)
+    thread.start()
+    try:
+        wait_until("the plugin to be configured", lambda: nri.stats.configured)
+        yield nri
+    finally:
+        loop.call_soon_threadsafe(nri.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_be_and_ls_containers_get_koordlets_resources(containerd17: Containerd, plugin: NriPlugin) -> None:
+    client = containerd17.client()
+    _, be_parent, be_container = be_pod(client, "be")
+    assert_be_adjusted(be_parent, be_container)
+
+    # An LSR pod bound to CPU 1 by the scheduler: cpuset from resource-status, CFS quota lifted.
+    uid = unique_pod_uid()
+    ls_parent = f"/kubepods/pod{uid}"
+    ls_pod = client.run_pod("lsr", uid, "default", ls_parent, labels={"koordinator.sh/qosClass": "LSR"},
+                            annotations={"scheduling.koordinator.sh/resource-status": '{"cpuset": "1"}'})
+    ls_container = client.create_container(
+        ls_pod, None, "main", SLEEP, resources=client_resources(cpu_quota=200_000, cpu_shares=2048))
+    client.start(ls_container)
+    assert read_container_cgroup(ls_parent, ls_container, "cpuset.cpus", "cpuset") == "1"
+    assert read_container_cgroup(ls_parent, ls_container, "cpu.cfs_quota_us") == "-1"
+    assert read_container_cgroup(ls_parent, ls_container, "cpu.shares") == "2048"  # the CRI's, untouched
+    assert plugin.stats.errors == 0
+
+
+def test_an_adjustment_over_4k_reaches_the_container(containerd17: Containerd, plugin: NriPlugin) -> None:
+    client = containerd17.client()
+    uid = unique_pod_uid()
+    parent = f"/kubepods/besteffort/pod{uid}"
+    pod_id = client.run_pod("env", uid, "default", parent, labels={**BE_LABELS, "koordlet.test/many-env": "1"},
+                            annotations=BE_ANNOTATIONS)
+    container_id = client.create_container(pod_id, None, "main", SLEEP)
+    client.start(container_id)
+    assert_be_adjusted(parent, container_id)
+    pid = wait_until("the container's process", lambda: (cgroup_dir(parent, container_id) / "cgroup.procs")
+                     .read_text().split())[0]
+    environ = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().decode()
+                   .split("\0") if "=" in item)
+    ours = {k: v for k, v in environ.items() if k.startswith("KOORDLET_TEST_")}
+    assert len(ours) == 120 and set(ours.values()) == {"v" * 48}
+    assert sum(len(k) + len(v) for k, v in ours.items()) > 4096 + 2048  # well past one 4096-byte frame
+
+
+def client_resources(**fields: int) -> Any:
+    from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
+    return cri.LinuxContainerResources(cpu_period=100_000, **fields)
+
+
+# --- the koordlet process, restarted during pod churn ----------------------------------------------------------
+
+
+class Koordlet:
+    """``koordlet run --standalone`` registered with this containerd's NRI socket."""
+
+    def __init__(self, tmp: Path, nri_socket: Path) -> None:
+        self.config = tmp / "koordlet.yaml"
+        self.config.write_text(json.dumps({
+            "stateDir": str(tmp / "state"), "logFormat": "json", "server": {"addr": "127.0.0.1:0"},
+            "discoverKubepods": False, "qos": {"evictor": "dry-run"},
+            "runtimeHooks": {"enableServer": False, "nriSocketPath": str(nri_socket)},
+        }))
+        self.log = tmp / "koordlet.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "koordlet.cli.koordlet", "run", "--standalone",
+                                          "--config", str(self.config)], stdout=log, stderr=log, env=env,
+                                         stdin=subprocess.DEVNULL)
+
+    def stop(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        self.proc.wait(30)
+        self.proc = None
+
+
+def registrations(containerd: Containerd) -> list[str]:
+    return re.findall(r'plugin \\?"00-koordlet_nri\\?" connected|connection to plugin \\?"00-koordlet_nri\\?" '
+                      r'closed', containerd.log_path.read_text())
+
+
+def test_ten_restarts_during_pod_churn(containerd17: Containerd, tmp_path: Path) -> None:
+    koordlet = Koordlet(tmp_path, containerd17.nri_socket)
+    client = containerd17.client()
+    stop_churn = threading.Event()
+    churned: list[int] = []
+    failures: list[BaseException] = []
+
+    def churn() -> None:
+        # Pods come and go the whole time, also while koordlet is down (then NRI creates them unadjusted).
+        churn_client = containerd17.client()
+        while not stop_churn.is_set():
+            try:
+                pod_id, _, _ = be_pod(churn_client, f"churn-{len(churned)}")
+                remove_pod(churn_client, pod_id)
+                churned.append(1)
+            except BaseException as exc:  # reported after the loop, with the restart it happened in
+                failures.append(exc)
+                return
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    try:
+        for restart in range(1, 11):
+            koordlet.start()
+            wait_until(f"registration #{restart}",
+                       lambda n=restart: sum("connected" in e for e in registrations(containerd17)) >= n, 30)
+            pod_id, parent, container_id = be_pod(client, f"after-{restart}")
+            assert_be_adjusted(parent, container_id)
+            remove_pod(client, pod_id)
+            koordlet.stop(signal.SIGKILL if restart % 2 else signal.SIGTERM)  # crashes and clean stops
+            wait_until(f"containerd to drop connection #{restart}",
+                       lambda n=restart: sum("closed" in e for e in registrations(containerd17)) >= n, 15)
+    finally:
+        stop_churn.set()
+        churner.join(60)
+        if koordlet.proc is not None:
+            koordlet.stop(signal.SIGKILL)
+    assert not failures, failures
+    assert len(churned) >= 10, "pods were created and removed throughout"
+    events = registrations(containerd17)
+    assert sum("connected" in e for e in events) == 10, events
+    live = peak = 0
+    for event in events:
+        live += 1 if "connected" in event else -1
+        peak = max(peak, live)
+    assert peak == 1, f"two koordlet registrations were live at once: {events}"
+    assert "#2:" not in containerd17.log_path.read_text()
