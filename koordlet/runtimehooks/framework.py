@@ -197,7 +197,9 @@ class HookRunner:
     def hooks(self, stage: Stage) -> tuple[Hook, ...]:
         return () if stage in self._disabled else self._by_stage[stage]
 
-    def run(self, request: HookRequest) -> StageResult:
+    def run(self, request: HookRequest, *, log_errors: bool = True) -> StageResult:
+        """``log_errors`` False: the caller reports the errors itself (the reconciler logs once per
+        failure streak, not every round)."""
         result = StageResult(Adjustment())
         for hook in self.hooks(request.stage):
             ctx = HookContext(request, hook.name)
@@ -213,8 +215,9 @@ class HookRunner:
             if error is None:
                 continue
             result.errors.append(error)
-            log.warning("runtime hook failed", extra={"hook": hook.name, "stage": request.stage.value,
-                                                       "pod": request.pod.key, "error": error})
+            if log_errors:
+                log.warning("runtime hook failed", extra={"hook": hook.name, "stage": request.stage.value,
+                                                           "pod": request.pod.key, "error": error})
             if self.policy is FailurePolicy.FAIL:
                 result.failed = True
                 break

@@ -116,7 +116,7 @@ class Reconciler:
     def _run(self, request: HookRequest, rel_dir: str, level: str) -> list[str]:
         if not self._runner.hooks(request.stage):
             return []
-        result = self._runner.run(request)
+        result = self._runner.run(request, log_errors=False)
         if result.failed:
             return result.errors
         started = self._clock()
