@@ -33,7 +33,7 @@ from koordlet.qosmanager.plugins.coresched.cookies import CookieBook
 from koordlet.qosmanager.plugins.resctrl.host import AMD_VENDOR_ID, read_vendor
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.qosmanager.registry import build_strategies
-from koordlet.resourceexecutor import AuditLog, ResourceExecutor
+from koordlet.resourceexecutor import AuditLog, ResourceExecutor, oomscore
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.resourceexecutor.netqos import NetQoS
 from koordlet.resourceexecutor.resctrl import MB_MAX_AMD, MB_MAX_PERCENT, ResctrlExecutor
@@ -153,8 +153,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
         recorder=metrics.node_metric if effective_gates.get("NodeMetricPromMetrics") else None,
     )
     server = MetricsServer(metrics.routes, config.server.addr)
-    executor, qos = build_qos(config, state_dir, layout, driver, informer, cache, metrics, effective_gates)
-    hooks = build_runtime_hooks(config, layout, informer, qos, metrics, effective_gates, probes or {})
+    executor, qos, audit = build_qos(config, state_dir, layout, driver, informer, cache, metrics, effective_gates)
+    hooks = build_runtime_hooks(config, layout, informer, qos, audit, metrics, effective_gates, probes or {})
 
     components: list[Component] = [MetricCacheComponent(cache, config.metric_cache.flush_interval_seconds), informer]
     if not config.standalone:
@@ -176,8 +176,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
 
 
 def build_runtime_hooks(config: Config, layout: Any, informer: StatesInformer, qos: QoSManager,
-                        metrics: KoordletMetrics, effective_gates: Mapping[str, bool], probes: Mapping[str, bool]
-                        ) -> RuntimeHooks:
+                        audit: AuditLog, metrics: KoordletMetrics, effective_gates: Mapping[str, bool],
+                        probes: Mapping[str, bool]) -> RuntimeHooks:
     """The hooks (those whose gate is on) over the QoS manager's executors and NodeSLO, and their transports."""
     options = qos.options
     deps = HookDeps(layout=layout, gates=effective_gates, probes=probes,
@@ -187,7 +187,9 @@ def build_runtime_hooks(config: Config, layout: Any, informer: StatesInformer, q
     runner = HookRunner(build_hooks(deps), failure_policy(hooks_config.plugin_failure_policy),
                         metrics.runtime_hooks, disabled=[Stage(s) for s in split_list(hooks_config.disable_stages)])
     applier = Applier(options.executor.apply)
-    return RuntimeHooks(hooks_config, runner, applier, informer, metrics.runtime_hooks)
+    oom_score = oomscore.for_cgroups(lambda rel_dir: options.reader.read("cgroup_procs", rel_dir),
+                                     oomscore.OomScoreWriter(layout.paths.proc_root, audit))
+    return RuntimeHooks(hooks_config, runner, applier, informer, metrics.runtime_hooks, oom_score)
 
 
 def resctrl_executor(paths: HostPaths, audit: AuditLog, metrics: KoordletMetrics, force_update_seconds: float
@@ -213,8 +215,9 @@ def netqos_backends(qos: QoSManagerConfig, informer: StatesInformer) -> Callable
 
 def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess, informer: StatesInformer,
               cache: MetricCache, metrics: KoordletMetrics, effective_gates: Mapping[str, bool]
-              ) -> tuple[ResourceExecutor, QoSManager]:
-    """The resource executor (the only cgroup writer) and the QoS manager with its strategies."""
+              ) -> tuple[ResourceExecutor, QoSManager, AuditLog]:
+    """The resource executor (the only cgroup writer), the QoS manager with its strategies, and the audit
+    log every writer reports to."""
     qos = config.qos
     audit = AuditLog(qos.audit_dir or state_dir / "audit", max_bytes=qos.audit_max_bytes,
                      max_files=qos.audit_max_files)
@@ -235,4 +238,4 @@ def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess,
     )
     holder = NodeSLOHolder()
     source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file else None
-    return executor, QoSManager(options, build_strategies(options), holder, source)
+    return executor, QoSManager(options, build_strategies(options), holder, source), audit

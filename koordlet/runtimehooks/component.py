@@ -22,7 +22,7 @@ from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRunner
 from koordlet.runtimehooks.hookserver.server import HookServer
 from koordlet.runtimehooks.nri.plugin import NriPlugin
-from koordlet.runtimehooks.reconciler import ReconcileMetricsSink, Reconciler
+from koordlet.runtimehooks.reconciler import OomScoreApply, ReconcileMetricsSink, Reconciler
 from koordlet.statesinformer.framework import StatesInformer
 
 log = logging.getLogger(__name__)
@@ -32,11 +32,12 @@ class RuntimeHooks:
     name = "runtimehooks"
 
     def __init__(self, config: RuntimeHooksConfig, runner: HookRunner, applier: Applier,
-                 informer: StatesInformer, metrics: ReconcileMetricsSink | None = None) -> None:
+                 informer: StatesInformer, metrics: ReconcileMetricsSink | None = None,
+                 oom_score: OomScoreApply | None = None) -> None:
         self.config = config
         self.runner = runner
         self.reconciler = Reconciler(runner, applier, informer, interval_seconds=config.reconcile_interval_seconds,
-                                     metrics=metrics)
+                                     metrics=metrics, oom_score=oom_score)
         self.server: HookServer | None = None
         if config.enable_server:
             self.server = HookServer(runner, config.server_socket, config.registration_dir or None,

@@ -31,6 +31,9 @@ DEFAULT_INTERVAL_SECONDS = 10.0
 _FAILED = frozenset({Outcome.INVALID, Outcome.FAILED})
 
 
+OomScoreApply = Callable[[str, int, str], list[str]]
+
+
 class ReconcileMetricsSink(Protocol):
     def observe_reconciler(self, level: str, resource_type: str, ok: bool, seconds: float) -> None: ...
 
@@ -44,12 +47,15 @@ class Reconciler:
 
     def __init__(self, runner: HookRunner, applier: Applier, informer: StatesInformer, *,
                  interval_seconds: float = DEFAULT_INTERVAL_SECONDS, metrics: ReconcileMetricsSink | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 oom_score: OomScoreApply | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+        """``oom_score(container rel_dir, value, owner) -> problems`` sets ``oom_score_adj`` of the running
+        processes of a container (the runtimes set it only at creation); None: not applied."""
         self._runner = runner
         self._applier = applier
         self._informer = informer
         self._interval = interval_seconds
         self._metrics: ReconcileMetricsSink = metrics or NullReconcileMetrics()
+        self._oom_score = oom_score
         self._clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -123,6 +129,10 @@ class Reconciler:
         results = self._applier.write(request, result.adjustment, with_fields=True, rel_dir=rel_dir)
         seconds = self._clock() - started
         problems = list(result.errors)
+        oom = result.adjustment.values.get("oom_score_adj")
+        if self._oom_score is not None and request.container is not None and isinstance(oom, int):
+            owner = f"runtimehooks/{result.adjustment.owners.get('oom_score_adj', '?')}"
+            problems += self._oom_score(rel_dir, oom, owner)
         for outcome in results:
             ok = outcome.outcome not in _FAILED
             self._metrics.observe_reconciler(level, outcome.update.resource, ok, seconds / max(1, len(results)))

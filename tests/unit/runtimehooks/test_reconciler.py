@@ -410,3 +410,20 @@ def test_a_bug_in_a_round_reaches_on_failure(env: Env) -> None:
         reconciler.stop(5.0)
     assert len(seen) == 1 and isinstance(seen[0], AttributeError)
     assert not reconciler_threads()
+
+
+def test_running_containers_get_their_oom_score_adj(env: Env) -> None:
+    pod = be_pod(annotations={"koordinator.sh/oom-score-adj": "-300"})
+    env.make_dirs([pod])
+    calls: list[tuple[str, int, str]] = []
+
+    def oom_score(rel_dir: str, value: int, owner: str) -> list[str]:
+        calls.append((rel_dir, value, owner))
+        return ["pid 42: Permission denied"]
+
+    runner = HookRunner(build_hooks(HookDeps(gates=GATES)))
+    reconciler = Reconciler(runner, Applier(env.recorder), FakeInformer([pod]), oom_score=oom_score)
+    reconciler.reconcile([pod])
+    assert calls == [(BE_DIR, -300, "runtimehooks/oomscoreadj")]
+    reconciler.reconcile([be_pod()])  # annotation removed: nothing more to set
+    assert len(calls) == 1
