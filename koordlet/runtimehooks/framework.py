@@ -12,6 +12,7 @@ next hook; ``Fail`` stops the stage at the first error, which the transport repo
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import time
@@ -19,8 +20,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from koordlet.apis.extension import QoSClass, pod_qos
 from koordlet.apis.pod import Container, Pod
 from koordlet.errors import ConfigError, KoordletError
+from koordlet.system.kubepaths import KubeQoS, cgroup_parent_dir, kube_qos_of_parent
 from koordlet.system.resources import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,27 @@ class HookRequest:
     """The pod's cgroup directory relative to the hierarchy root, as the runtime was told it."""
     container: Container | None = None
     container_id: str = ""
+
+    @property
+    def kube_qos(self) -> KubeQoS | None:
+        """The pod's kube QoS, else the QoS level its cgroup parent sits in (upstream
+        ``GetKubeQoSByCgroupParent``): the runtime's requests carry no ``status.qosClass``, and a pod without
+        a class label must be placed as the strategies, which see kubelet's QoS, place it."""
+        if self.pod.kube_qos is not None or not self.pod_cgroup_parent:
+            return self.pod.kube_qos
+        try:
+            return kube_qos_of_parent(cgroup_parent_dir(self.pod_cgroup_parent))
+        except KoordletError as exc:
+            raise KoordletError(f"pod {self.pod.key}: cgroup parent {self.pod_cgroup_parent!r}: {exc}") from None
+
+    def pod_with_kube_qos(self) -> Pod:
+        kube_qos = self.kube_qos
+        return self.pod if kube_qos is self.pod.kube_qos else dataclasses.replace(self.pod, kube_qos=kube_qos)
+
+    @property
+    def qos(self) -> QoSClass:
+        """The pod's Koordinator class (label, else from :attr:`kube_qos`)."""
+        return pod_qos(self.pod.labels, self.kube_qos)
 
 
 @dataclass

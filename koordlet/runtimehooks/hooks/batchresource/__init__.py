@@ -75,7 +75,7 @@ def batch_resources(pod: Pod, container: Container) -> tuple[Resources, Resource
 
 def run(ctx: HookContext) -> None:
     request = ctx.request
-    if request.container is None or request.pod.qos is not QoSClass.BE:
+    if request.container is None or request.qos is not QoSClass.BE:
         return
     found = batch_resources(request.pod, request.container)
     if found is None:

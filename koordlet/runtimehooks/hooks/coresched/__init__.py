@@ -28,12 +28,10 @@ stay (prctl cannot be undone atomically) and the strategy's next round puts the 
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 
 from koordlet.apis.extension import QoSClass
-from koordlet.apis.pod import Pod
 from koordlet.errors import KoordletError
 from koordlet.qosmanager.plugins.coresched import rules
 from koordlet.qosmanager.plugins.coresched.cookies import CookieBook, Tally
@@ -44,7 +42,6 @@ from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.kubepaths import (
     CgroupDriver,
     cgroup_parent_dir,
-    kube_qos_of_parent,
     parse_container_dir_name,
     parse_container_id,
 )
@@ -56,19 +53,6 @@ CPU_IDLE = "cpu_idle"
 PROCS_FILE = "cgroup.procs"
 
 __all__ = ["GATE", "NAME", "STAGES", "CoreSchedHook", "container_dir", "new", "read_pids"]
-
-
-def pod_with_kube_qos(request: HookRequest) -> Pod:
-    """The request's pod with its kube QoS taken from the cgroup parent when the runtime gave none, so
-    ``pod.qos`` falls back the way the strategy's pods (from kubelet) do."""
-    pod = request.pod
-    if pod.kube_qos is not None or not request.pod_cgroup_parent:
-        return pod
-    try:
-        found = kube_qos_of_parent(cgroup_parent_dir(request.pod_cgroup_parent))
-    except KoordletError as exc:
-        raise KoordletError(f"pod {pod.key}: cgroup parent {request.pod_cgroup_parent!r}: {exc}") from None
-    return dataclasses.replace(pod, kube_qos=found) if found is not None else pod
 
 
 def container_dir(layout: CgroupLayout, pod_dir: str, container_id: str) -> str | None:
@@ -145,7 +129,7 @@ class CoreSchedHook:
     def _pod_idle(self, rule: rules.Rule, ctx: HookContext) -> None:
         if not self.deps.probes.get(CPU_IDLE, False):
             return
-        pod = pod_with_kube_qos(ctx.request)
+        pod = ctx.request.pod_with_kube_qos()
         qos = pod.qos
         if qos in (QoSClass.SYSTEM, QoSClass.NONE):
             return
@@ -159,7 +143,7 @@ class CoreSchedHook:
         container = request.container
         if container is None or not request.container_id:
             return
-        pod = pod_with_kube_qos(request)
+        pod = request.pod_with_kube_qos()
         where = f"pod {pod.key} container {container.name}"
         verdict = rules.pod_group(rule, PodMeta(pod, "", ()))
         if not verdict.enabled:

@@ -45,7 +45,7 @@ from koordlet.apis.pod import Pod
 from koordlet.errors import KoordletError
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook, HookContext, HookRequest, Stage
-from koordlet.system.kubepaths import KubeQoS, cgroup_parent_dir, kube_qos_of_parent
+from koordlet.system.kubepaths import KubeQoS
 
 NAME = "groupidentity"
 GATE = "GroupIdentity"
@@ -131,24 +131,11 @@ def pod_cpu_qos(pod: Pod) -> CPUQOSCfg | None:
         raise KoordletError(f"{where}: {exc}") from None
 
 
-def kube_qos(request: HookRequest) -> KubeQoS | None:
-    """The pod's kube QoS: the pod's own, else the QoS level its cgroup parent sits in (upstream
-    ``GetKubeQoSByCgroupParent``; the runtime's requests carry no ``status.qosClass``)."""
-    if request.pod.kube_qos is not None:
-        return request.pod.kube_qos
-    if not request.pod_cgroup_parent:
-        return None
-    try:
-        return kube_qos_of_parent(cgroup_parent_dir(request.pod_cgroup_parent))
-    except KoordletError as exc:
-        raise KoordletError(f"pod {request.pod.key}: cgroup parent {request.pod_cgroup_parent!r}: {exc}") from None
-
-
 def pod_bvt(rule: BvtRule, request: HookRequest) -> int:
     """The pod's ``cpu.bvt_warp_ns`` under ``rule``, the ``koordinator.sh/cpuQOS`` override applied."""
     pod = request.pod
     qos = qos_from_label(pod.labels.get(LABEL_QOS))
-    value = rule.pod_value(qos, kube_qos(request))
+    value = rule.pod_value(qos, request.kube_qos)
     override = pod_cpu_qos(pod)
     if override is not None and qos is QoSClass.LS:
         if override.group_identity is not None:
@@ -161,7 +148,7 @@ def pod_bvt(rule: BvtRule, request: HookRequest) -> int:
 def is_be(request: HookRequest) -> bool:
     """Labelled BE, or without a class label in the BestEffort level (SYSTEM pods are not BE)."""
     qos = qos_from_label(request.pod.labels.get(LABEL_QOS))
-    return qos is QoSClass.BE or (qos is QoSClass.NONE and kube_qos(request) is KubeQoS.BESTEFFORT)
+    return qos is QoSClass.BE or (qos is QoSClass.NONE and request.kube_qos is KubeQoS.BESTEFFORT)
 
 
 def run(deps: HookDeps, ctx: HookContext) -> None:

@@ -22,8 +22,6 @@ schemata write the kernel refused.
 
 from __future__ import annotations
 
-import dataclasses
-
 from koordlet.apis.extension import QoSClass
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.pod import Pod
@@ -35,8 +33,7 @@ from koordlet.qosmanager.plugins.resctrl.strategy import GATE, POD_GATE, class_c
 from koordlet.resourceexecutor import Outcome
 from koordlet.resourceexecutor.resctrl import ResctrlExecutor
 from koordlet.runtimehooks.deps import HookDeps
-from koordlet.runtimehooks.framework import Hook, HookContext, HookRequest, Stage
-from koordlet.system.kubepaths import cgroup_parent_dir, kube_qos_of_parent
+from koordlet.runtimehooks.framework import Hook, HookContext, Stage
 
 NAME = "resctrl"
 STAGES = frozenset({Stage.PRE_RUN_POD_SANDBOX, Stage.PRE_CREATE_CONTAINER, Stage.PRE_REMOVE_POD_SANDBOX})
@@ -53,20 +50,6 @@ def class_group(slo: NodeSLOSpec | None, qos: QoSClass) -> str | None:
         return None
     cfg = class_cfg(qos_strategy(slo), group)
     return group if cfg is not None and cfg.enable is True else None
-
-
-def pod_qos(request: HookRequest) -> QoSClass:
-    """The pod's class, its kube QoS taken from the cgroup parent when the runtime gave none (a pod
-    without a class label is then placed as the strategy, which sees kubelet's QoS, places it)."""
-    pod = request.pod
-    if pod.kube_qos is None and request.pod_cgroup_parent:
-        try:
-            found = kube_qos_of_parent(cgroup_parent_dir(request.pod_cgroup_parent))
-        except KoordletError as exc:
-            raise KoordletError(f"pod {pod.key}: cgroup parent {request.pod_cgroup_parent!r}: {exc}") from None
-        if found is not None:
-            return dataclasses.replace(pod, kube_qos=found).qos
-    return pod.qos
 
 
 def _cpuinfo(deps: HookDeps) -> str:
@@ -119,7 +102,7 @@ def run(deps: HookDeps, ctx: HookContext) -> None:
             return
         if not deps.gates.get(GATE, False):
             return
-        group = class_group(deps.nodeslo(), pod_qos(request))
+        group = class_group(deps.nodeslo(), request.qos)
         # runc refuses a container whose class does not exist; until the strategy made it, none.
         if group is not None and group in _existing(executor):
             ctx.set("rdt_class", group)

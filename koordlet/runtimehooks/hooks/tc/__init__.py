@@ -20,16 +20,12 @@ host has ``net_cls`` (probe ``net_cls_classid``; a v1 controller, absent on pure
 
 from __future__ import annotations
 
-import dataclasses
-
 from koordlet.apis.extension import QoSClass
-from koordlet.errors import KoordletError
 from koordlet.qosmanager.plugins.netqos.strategy import GATES, policy_of
 from koordlet.resourceexecutor.tc import CLASS_MINOR
 from koordlet.resourceexecutor.tc_netlink import ROOT_HANDLE
 from koordlet.runtimehooks.deps import HookDeps
-from koordlet.runtimehooks.framework import Hook, HookContext, HookRequest, Stage
-from koordlet.system.kubepaths import cgroup_parent_dir, kube_qos_of_parent
+from koordlet.runtimehooks.framework import Hook, HookContext, Stage
 
 NAME = "tc"
 POLICY_TC = "tc"
@@ -46,25 +42,13 @@ def classid(net_class: str) -> int:
     return ROOT_HANDLE | CLASS_MINOR[net_class]
 
 
-def pod_qos(request: HookRequest) -> QoSClass:
-    pod = request.pod
-    if pod.kube_qos is None and request.pod_cgroup_parent:
-        try:
-            found = kube_qos_of_parent(cgroup_parent_dir(request.pod_cgroup_parent))
-        except KoordletError as exc:
-            raise KoordletError(f"pod {pod.key}: cgroup parent {request.pod_cgroup_parent!r}: {exc}") from None
-        if found is not None:
-            return dataclasses.replace(pod, kube_qos=found).qos
-    return pod.qos
-
-
 def run(deps: HookDeps, ctx: HookContext) -> None:
     if not deps.gates.get(GATE, False) or not deps.probes.get(NET_CLS_CLASSID, False):
         return
     slo = deps.nodeslo()
     if slo is None or policy_of(slo) != POLICY_TC:
         return
-    net_class = NET_CLASS.get(pod_qos(ctx.request))
+    net_class = NET_CLASS.get(ctx.request.qos)
     if net_class is not None:
         ctx.write(NET_CLS_CLASSID, classid(net_class))
 
