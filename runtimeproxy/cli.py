@@ -1,18 +1,27 @@
-"""``koord-runtime-proxy``: command line of the CRI proxy (flags as in Koordinator's koord-runtime-proxy).
+"""``koord-runtime-proxy``: command line of the CRI proxy (flags as in Koordinator's koord-runtime-proxy,
+plus where the hook-server registrations and the checkpoint live).
 
-The proxy itself is not part of this release: the command accepts Koordinator's flags, answers
-``--help`` and ``--version``, and otherwise exits non-zero saying so, rather than pretending to serve.
+Exit codes: 0 after a stop by SIGTERM/SIGINT, 1 when the proxy cannot start (socket in use by something
+else, backend mode not supported), 2 for bad flags (argparse).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 
-EXIT_NOT_AVAILABLE = 1
+from runtimeproxy.server import Proxy, ProxyError, ProxyOptions
+
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+EXIT_OK = 0
+EXIT_FAILURE = 1
 DISTRIBUTION = "koordlet"
+
+log = logging.getLogger("runtimeproxy")
 
 
 def version() -> str:
@@ -23,53 +32,80 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+def _seconds(text: str) -> float:
+    value = float(text[:-1] if text.endswith("s") else text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="koord-runtime-proxy",
         description="CRI proxy between kubelet and the container runtime that calls koordlet's runtime hooks "
-        "around the calls that shape resources. Not available in this release.",
+        "around the calls that shape resources; every other call passes through unchanged.",
     )
     parser.add_argument("--version", action="version", version=f"koord-runtime-proxy {version()}")
-    parser.add_argument(
-        "--koord-runtimeproxy-endpoint",
-        metavar="SOCKET",
-        default="/var/run/koord-runtimeproxy/runtimeproxy.sock",
-        help="unix socket the proxy serves CRI on; point kubelet's --container-runtime-endpoint here",
-    )
-    parser.add_argument(
-        "--remote-runtime-service-endpoint",
-        metavar="SOCKET",
-        default="/var/run/containerd/containerd.sock",
-        help="the real container runtime's CRI socket",
-    )
-    parser.add_argument(
-        "--backend-runtime-mode",
-        choices=("Containerd", "Docker"),
-        default="Containerd",
-        help="kind of the backend runtime",
-    )
-    parser.add_argument(
-        "--runtime-hook-server-key",
-        metavar="KEY",
-        default="runtimeproxy.koordinator.sh/skip-hookserver",
-        help="pod label/annotation key that makes the proxy skip the hook servers for that pod",
-    )
-    parser.add_argument(
-        "--runtime-hook-server-val",
-        metavar="VALUE",
-        default="true",
-        help="value of --runtime-hook-server-key that skips the hook servers",
-    )
+    parser.add_argument("--koord-runtimeproxy-endpoint", metavar="SOCKET",
+                        default="/var/run/koord-runtimeproxy/runtimeproxy.sock",
+                        help="unix socket the proxy serves CRI on; point kubelet's --container-runtime-endpoint here")
+    parser.add_argument("--remote-runtime-service-endpoint", metavar="SOCKET",
+                        default="/var/run/containerd/containerd.sock",
+                        help="the real container runtime's CRI socket")
+    parser.add_argument("--remote-image-service-endpoint", metavar="SOCKET",
+                        default="/var/run/containerd/containerd.sock",
+                        help="the real image service's CRI socket")
+    parser.add_argument("--backend-runtime-mode", choices=("Containerd", "Docker"), default="Containerd",
+                        help="kind of the backend runtime (Docker is not supported: dockershim is gone)")
+    parser.add_argument("--runtime-hook-server-key", metavar="KEY",
+                        default="runtimeproxy.koordinator.sh/skip-hookserver",
+                        help="pod label/annotation key that makes the proxy skip the hook servers for that pod")
+    parser.add_argument("--runtime-hook-server-val", metavar="VALUE", default="true",
+                        help="value of --runtime-hook-server-key that skips the hook servers")
+    parser.add_argument("--runtime-hook-config-dir", metavar="DIR", default="/etc/runtime/hookserver.d",
+                        help="directory of hook-server registrations (*.json), watched for changes")
+    parser.add_argument("--checkpoint-path", metavar="FILE",
+                        default="/var/lib/koord-runtime-proxy/checkpoint.json",
+                        help="pod and container info kept across restarts (empty: memory only)")
+    parser.add_argument("--runtime-hook-timeout", metavar="SECONDS", type=_seconds, default=5.0,
+                        help="deadline of one hook call; a late hook counts as failed")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    build_parser().parse_args(argv)
-    print(
-        "koord-runtime-proxy: the CRI proxy is not available in this release; only --help and --version work",
-        file=sys.stderr,
+def options_from(args: argparse.Namespace) -> ProxyOptions:
+    return ProxyOptions(
+        endpoint=args.koord_runtimeproxy_endpoint,
+        runtime_endpoint=args.remote_runtime_service_endpoint,
+        image_endpoint=args.remote_image_service_endpoint,
+        backend_mode=args.backend_runtime_mode,
+        skip=(args.runtime_hook_server_key, args.runtime_hook_server_val),
+        hook_config_dir=args.runtime_hook_config_dir,
+        checkpoint_path=args.checkpoint_path or None,
+        hook_timeout_seconds=args.runtime_hook_timeout,
     )
-    return EXIT_NOT_AVAILABLE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Blocked before any thread exists, so every thread inherits the mask and the stop signals are taken
+    # only by sigwait below: no Python signal handler runs in the middle of a lock the main thread holds.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        proxy = Proxy(options_from(args))
+        proxy.start()
+    except ProxyError as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_FAILURE
+    log.info("koord-runtime-proxy %s serving %s -> %s", version(), args.koord_runtimeproxy_endpoint,
+             args.remote_runtime_service_endpoint)
+    received = signal.sigwait(STOP_SIGNALS)
+    log.info("stopping on %s", signal.Signals(received).name)
+    proxy.stop()
+    log.info("koord-runtime-proxy stopped")
+    return EXIT_OK
 
 
 if __name__ == "__main__":

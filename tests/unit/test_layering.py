@@ -34,7 +34,10 @@ NATIVE = "koordlet.native"
 COMPILED = "koordlet._native"
 ERRORS = "koordlet.errors"
 RUNTIMEPROXY = "runtimeproxy"
-RUNTIMEPROXY_MAY_IMPORT: tuple[str, ...] = ("koordlet.apis.proto.runtime.v1alpha1",)
+RUNTIMEPROXY_MAY_IMPORT: tuple[str, ...] = (
+    "koordlet.apis.proto.runtime.v1alpha1",
+    "koordlet.apis.proto.cri.runtime.v1",
+)
 PLUGIN_ROOTS = (
     "koordlet.qosmanager.plugins",
     "koordlet.runtimehooks.hooks",

@@ -42,6 +42,13 @@ class ContainerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONTAINER_RUNNING: _ClassVar[ContainerState]
     CONTAINER_EXITED: _ClassVar[ContainerState]
     CONTAINER_UNKNOWN: _ClassVar[ContainerState]
+
+class ContainerEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONTAINER_CREATED_EVENT: _ClassVar[ContainerEventType]
+    CONTAINER_STARTED_EVENT: _ClassVar[ContainerEventType]
+    CONTAINER_STOPPED_EVENT: _ClassVar[ContainerEventType]
+    CONTAINER_DELETED_EVENT: _ClassVar[ContainerEventType]
 TCP: Protocol
 UDP: Protocol
 SCTP: Protocol
@@ -60,6 +67,10 @@ CONTAINER_CREATED: ContainerState
 CONTAINER_RUNNING: ContainerState
 CONTAINER_EXITED: ContainerState
 CONTAINER_UNKNOWN: ContainerState
+CONTAINER_CREATED_EVENT: ContainerEventType
+CONTAINER_STARTED_EVENT: ContainerEventType
+CONTAINER_STOPPED_EVENT: ContainerEventType
+CONTAINER_DELETED_EVENT: ContainerEventType
 
 class VersionRequest(_message.Message):
     __slots__ = ("version",)
@@ -917,6 +928,82 @@ class UpdateContainerResourcesResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ExecSyncRequest(_message.Message):
+    __slots__ = ("container_id", "cmd", "timeout")
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    CMD_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    container_id: str
+    cmd: _containers.RepeatedScalarFieldContainer[str]
+    timeout: int
+    def __init__(self, container_id: _Optional[str] = ..., cmd: _Optional[_Iterable[str]] = ..., timeout: _Optional[int] = ...) -> None: ...
+
+class ExecSyncResponse(_message.Message):
+    __slots__ = ("stdout", "stderr", "exit_code")
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    stdout: bytes
+    stderr: bytes
+    exit_code: int
+    def __init__(self, stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., exit_code: _Optional[int] = ...) -> None: ...
+
+class ExecRequest(_message.Message):
+    __slots__ = ("container_id", "cmd", "tty", "stdin", "stdout", "stderr")
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    CMD_FIELD_NUMBER: _ClassVar[int]
+    TTY_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    container_id: str
+    cmd: _containers.RepeatedScalarFieldContainer[str]
+    tty: bool
+    stdin: bool
+    stdout: bool
+    stderr: bool
+    def __init__(self, container_id: _Optional[str] = ..., cmd: _Optional[_Iterable[str]] = ..., tty: _Optional[bool] = ..., stdin: _Optional[bool] = ..., stdout: _Optional[bool] = ..., stderr: _Optional[bool] = ...) -> None: ...
+
+class ExecResponse(_message.Message):
+    __slots__ = ("url",)
+    URL_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    def __init__(self, url: _Optional[str] = ...) -> None: ...
+
+class AttachRequest(_message.Message):
+    __slots__ = ("container_id", "stdin", "tty", "stdout", "stderr")
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    TTY_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    container_id: str
+    stdin: bool
+    tty: bool
+    stdout: bool
+    stderr: bool
+    def __init__(self, container_id: _Optional[str] = ..., stdin: _Optional[bool] = ..., tty: _Optional[bool] = ..., stdout: _Optional[bool] = ..., stderr: _Optional[bool] = ...) -> None: ...
+
+class AttachResponse(_message.Message):
+    __slots__ = ("url",)
+    URL_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    def __init__(self, url: _Optional[str] = ...) -> None: ...
+
+class PortForwardRequest(_message.Message):
+    __slots__ = ("pod_sandbox_id", "port")
+    POD_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    pod_sandbox_id: str
+    port: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, pod_sandbox_id: _Optional[str] = ..., port: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PortForwardResponse(_message.Message):
+    __slots__ = ("url",)
+    URL_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    def __init__(self, url: _Optional[str] = ...) -> None: ...
+
 class ImageFilter(_message.Message):
     __slots__ = ("image",)
     IMAGE_FIELD_NUMBER: _ClassVar[int]
@@ -1122,3 +1209,140 @@ class ImageFsInfoResponse(_message.Message):
     image_filesystems: _containers.RepeatedCompositeFieldContainer[FilesystemUsage]
     container_filesystems: _containers.RepeatedCompositeFieldContainer[FilesystemUsage]
     def __init__(self, image_filesystems: _Optional[_Iterable[_Union[FilesystemUsage, _Mapping]]] = ..., container_filesystems: _Optional[_Iterable[_Union[FilesystemUsage, _Mapping]]] = ...) -> None: ...
+
+class ContainerStatsRequest(_message.Message):
+    __slots__ = ("container_id",)
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    container_id: str
+    def __init__(self, container_id: _Optional[str] = ...) -> None: ...
+
+class ContainerStatsResponse(_message.Message):
+    __slots__ = ("stats",)
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    stats: ContainerStats
+    def __init__(self, stats: _Optional[_Union[ContainerStats, _Mapping]] = ...) -> None: ...
+
+class ListContainerStatsRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: ContainerStatsFilter
+    def __init__(self, filter: _Optional[_Union[ContainerStatsFilter, _Mapping]] = ...) -> None: ...
+
+class ContainerStatsFilter(_message.Message):
+    __slots__ = ("id", "pod_sandbox_id", "label_selector")
+    class LabelSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    POD_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    pod_sandbox_id: str
+    label_selector: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., label_selector: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ListContainerStatsResponse(_message.Message):
+    __slots__ = ("stats",)
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    stats: _containers.RepeatedCompositeFieldContainer[ContainerStats]
+    def __init__(self, stats: _Optional[_Iterable[_Union[ContainerStats, _Mapping]]] = ...) -> None: ...
+
+class ContainerAttributes(_message.Message):
+    __slots__ = ("id", "metadata", "labels", "annotations")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class AnnotationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    metadata: ContainerMetadata
+    labels: _containers.ScalarMap[str, str]
+    annotations: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ContainerStats(_message.Message):
+    __slots__ = ("attributes", "cpu", "memory", "writable_layer", "swap")
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    WRITABLE_LAYER_FIELD_NUMBER: _ClassVar[int]
+    SWAP_FIELD_NUMBER: _ClassVar[int]
+    attributes: ContainerAttributes
+    cpu: CpuUsage
+    memory: MemoryUsage
+    writable_layer: FilesystemUsage
+    swap: SwapUsage
+    def __init__(self, attributes: _Optional[_Union[ContainerAttributes, _Mapping]] = ..., cpu: _Optional[_Union[CpuUsage, _Mapping]] = ..., memory: _Optional[_Union[MemoryUsage, _Mapping]] = ..., writable_layer: _Optional[_Union[FilesystemUsage, _Mapping]] = ..., swap: _Optional[_Union[SwapUsage, _Mapping]] = ...) -> None: ...
+
+class CpuUsage(_message.Message):
+    __slots__ = ("timestamp", "usage_core_nano_seconds", "usage_nano_cores")
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    USAGE_CORE_NANO_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_NANO_CORES_FIELD_NUMBER: _ClassVar[int]
+    timestamp: int
+    usage_core_nano_seconds: UInt64Value
+    usage_nano_cores: UInt64Value
+    def __init__(self, timestamp: _Optional[int] = ..., usage_core_nano_seconds: _Optional[_Union[UInt64Value, _Mapping]] = ..., usage_nano_cores: _Optional[_Union[UInt64Value, _Mapping]] = ...) -> None: ...
+
+class MemoryUsage(_message.Message):
+    __slots__ = ("timestamp", "working_set_bytes", "available_bytes", "usage_bytes", "rss_bytes", "page_faults", "major_page_faults")
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    WORKING_SET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    MAJOR_PAGE_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    timestamp: int
+    working_set_bytes: UInt64Value
+    available_bytes: UInt64Value
+    usage_bytes: UInt64Value
+    rss_bytes: UInt64Value
+    page_faults: UInt64Value
+    major_page_faults: UInt64Value
+    def __init__(self, timestamp: _Optional[int] = ..., working_set_bytes: _Optional[_Union[UInt64Value, _Mapping]] = ..., available_bytes: _Optional[_Union[UInt64Value, _Mapping]] = ..., usage_bytes: _Optional[_Union[UInt64Value, _Mapping]] = ..., rss_bytes: _Optional[_Union[UInt64Value, _Mapping]] = ..., page_faults: _Optional[_Union[UInt64Value, _Mapping]] = ..., major_page_faults: _Optional[_Union[UInt64Value, _Mapping]] = ...) -> None: ...
+
+class SwapUsage(_message.Message):
+    __slots__ = ("timestamp", "swap_available_bytes", "swap_usage_bytes")
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    SWAP_AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SWAP_USAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    timestamp: int
+    swap_available_bytes: UInt64Value
+    swap_usage_bytes: UInt64Value
+    def __init__(self, timestamp: _Optional[int] = ..., swap_available_bytes: _Optional[_Union[UInt64Value, _Mapping]] = ..., swap_usage_bytes: _Optional[_Union[UInt64Value, _Mapping]] = ...) -> None: ...
+
+class GetEventsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ContainerEventResponse(_message.Message):
+    __slots__ = ("container_id", "container_event_type", "created_at", "pod_sandbox_status", "containers_statuses")
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    POD_SANDBOX_STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONTAINERS_STATUSES_FIELD_NUMBER: _ClassVar[int]
+    container_id: str
+    container_event_type: ContainerEventType
+    created_at: int
+    pod_sandbox_status: PodSandboxStatus
+    containers_statuses: _containers.RepeatedCompositeFieldContainer[ContainerStatus]
+    def __init__(self, container_id: _Optional[str] = ..., container_event_type: _Optional[_Union[ContainerEventType, str]] = ..., created_at: _Optional[int] = ..., pod_sandbox_status: _Optional[_Union[PodSandboxStatus, _Mapping]] = ..., containers_statuses: _Optional[_Iterable[_Union[ContainerStatus, _Mapping]]] = ...) -> None: ...

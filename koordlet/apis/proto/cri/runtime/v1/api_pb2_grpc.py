@@ -100,10 +100,45 @@ class RuntimeServiceStub:
                 request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.UpdateContainerResourcesRequest.SerializeToString,
                 response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.UpdateContainerResourcesResponse.FromString,
                 _registered_method=True)
+        self.ExecSync = channel.unary_unary(
+                '/runtime.v1.RuntimeService/ExecSync',
+                request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ExecSyncRequest.SerializeToString,
+                response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.ExecSyncResponse.FromString,
+                _registered_method=True)
+        self.Exec = channel.unary_unary(
+                '/runtime.v1.RuntimeService/Exec',
+                request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ExecRequest.SerializeToString,
+                response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.ExecResponse.FromString,
+                _registered_method=True)
+        self.Attach = channel.unary_unary(
+                '/runtime.v1.RuntimeService/Attach',
+                request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.AttachRequest.SerializeToString,
+                response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.AttachResponse.FromString,
+                _registered_method=True)
+        self.PortForward = channel.unary_unary(
+                '/runtime.v1.RuntimeService/PortForward',
+                request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.PortForwardRequest.SerializeToString,
+                response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.PortForwardResponse.FromString,
+                _registered_method=True)
+        self.ContainerStats = channel.unary_unary(
+                '/runtime.v1.RuntimeService/ContainerStats',
+                request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ContainerStatsRequest.SerializeToString,
+                response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.ContainerStatsResponse.FromString,
+                _registered_method=True)
+        self.ListContainerStats = channel.unary_unary(
+                '/runtime.v1.RuntimeService/ListContainerStats',
+                request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ListContainerStatsRequest.SerializeToString,
+                response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.ListContainerStatsResponse.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/runtime.v1.RuntimeService/Status',
                 request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.StatusRequest.SerializeToString,
                 response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.StatusResponse.FromString,
+                _registered_method=True)
+        self.GetContainerEvents = channel.unary_stream(
+                '/runtime.v1.RuntimeService/GetContainerEvents',
+                request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.GetEventsRequest.SerializeToString,
+                response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.ContainerEventResponse.FromString,
                 _registered_method=True)
 
 
@@ -189,7 +224,49 @@ class RuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExecSync(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Exec(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Attach(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PortForward(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ContainerStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListContainerStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetContainerEvents(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -263,10 +340,45 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.UpdateContainerResourcesRequest.FromString,
                     response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.UpdateContainerResourcesResponse.SerializeToString,
             ),
+            'ExecSync': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExecSync,
+                    request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.ExecSyncRequest.FromString,
+                    response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ExecSyncResponse.SerializeToString,
+            ),
+            'Exec': grpc.unary_unary_rpc_method_handler(
+                    servicer.Exec,
+                    request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.ExecRequest.FromString,
+                    response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ExecResponse.SerializeToString,
+            ),
+            'Attach': grpc.unary_unary_rpc_method_handler(
+                    servicer.Attach,
+                    request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.AttachRequest.FromString,
+                    response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.AttachResponse.SerializeToString,
+            ),
+            'PortForward': grpc.unary_unary_rpc_method_handler(
+                    servicer.PortForward,
+                    request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.PortForwardRequest.FromString,
+                    response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.PortForwardResponse.SerializeToString,
+            ),
+            'ContainerStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.ContainerStats,
+                    request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.ContainerStatsRequest.FromString,
+                    response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ContainerStatsResponse.SerializeToString,
+            ),
+            'ListContainerStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListContainerStats,
+                    request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.ListContainerStatsRequest.FromString,
+                    response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ListContainerStatsResponse.SerializeToString,
+            ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
                     request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.StatusRequest.FromString,
                     response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.StatusResponse.SerializeToString,
+            ),
+            'GetContainerEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetContainerEvents,
+                    request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.GetEventsRequest.FromString,
+                    response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.ContainerEventResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -632,6 +744,168 @@ class RuntimeService:
             _registered_method=True)
 
     @staticmethod
+    def ExecSync(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/ExecSync',
+            cri_dot_runtime_dot_v1_dot_api__pb2.ExecSyncRequest.SerializeToString,
+            cri_dot_runtime_dot_v1_dot_api__pb2.ExecSyncResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exec(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/Exec',
+            cri_dot_runtime_dot_v1_dot_api__pb2.ExecRequest.SerializeToString,
+            cri_dot_runtime_dot_v1_dot_api__pb2.ExecResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Attach(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/Attach',
+            cri_dot_runtime_dot_v1_dot_api__pb2.AttachRequest.SerializeToString,
+            cri_dot_runtime_dot_v1_dot_api__pb2.AttachResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PortForward(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/PortForward',
+            cri_dot_runtime_dot_v1_dot_api__pb2.PortForwardRequest.SerializeToString,
+            cri_dot_runtime_dot_v1_dot_api__pb2.PortForwardResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ContainerStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/ContainerStats',
+            cri_dot_runtime_dot_v1_dot_api__pb2.ContainerStatsRequest.SerializeToString,
+            cri_dot_runtime_dot_v1_dot_api__pb2.ContainerStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListContainerStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/ListContainerStats',
+            cri_dot_runtime_dot_v1_dot_api__pb2.ListContainerStatsRequest.SerializeToString,
+            cri_dot_runtime_dot_v1_dot_api__pb2.ListContainerStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Status(request,
             target,
             options=(),
@@ -648,6 +922,33 @@ class RuntimeService:
             '/runtime.v1.RuntimeService/Status',
             cri_dot_runtime_dot_v1_dot_api__pb2.StatusRequest.SerializeToString,
             cri_dot_runtime_dot_v1_dot_api__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetContainerEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/GetContainerEvents',
+            cri_dot_runtime_dot_v1_dot_api__pb2.GetEventsRequest.SerializeToString,
+            cri_dot_runtime_dot_v1_dot_api__pb2.ContainerEventResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,321 @@
+"""Raw-bytes CRI passthrough: the proxy's channels to the runtime, its gRPC handler and its server.
+
+Everything the proxy does not intercept is relayed without being decoded: request and response bytes,
+invocation metadata, the caller's deadline, cancellation, and the backend's status code, details and
+metadata. Methods the proxy's CRI subset does not declare - newer CRI methods, other services such as
+``runtime.v1alpha2`` - are relayed as ``stream_stream`` calls: gRPC frames a unary call exactly like a
+stream that carries one message each way, so the relay need not know a method's cardinality.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import MappingProxyType, TracebackType
+from typing import Any, NoReturn, Protocol
+
+import grpc
+
+from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
+
+# kubelet's CRI client limit (k8s.io/kubernetes pkg/kubelet/cri/remote maxMsgSize), both directions.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+)
+SERVER_OPTIONS = CHANNEL_OPTIONS
+SOCKET_MODE = 0o660
+DEFAULT_MAX_WORKERS = 32
+
+IMAGE_SERVICE_PREFIXES = ("/runtime.v1.ImageService/", "/runtime.v1alpha2.ImageService/")
+
+# A server context without a deadline reports the time left to gRPC's "infinite future" (centuries);
+# anything beyond this is no deadline at all.
+_NO_DEADLINE_SECONDS = 10 * 365 * 24 * 3600.0
+# Rich error details (google.rpc.Status) travel in this reserved trailer; the other grpc-* keys belong
+# to the transport and are rebuilt by each hop.
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+_HOP_BY_HOP_KEYS = frozenset({"user-agent", "content-type", "te", "host"})
+
+Metadata = Sequence[tuple[str, str | bytes]]
+UnaryFunction = Callable[[bytes, grpc.ServicerContext], bytes]
+
+
+class UnaryCall(Protocol):
+    """A backend unary call in flight (a ``grpc.Future`` that is also a ``grpc.Call``)."""
+
+    def result(self) -> bytes: ...
+    def cancel(self) -> bool: ...
+    def initial_metadata(self) -> Metadata | None: ...
+    def trailing_metadata(self) -> Metadata | None: ...
+
+
+class StreamCall(Iterator[bytes], Protocol):
+    """A backend streaming call: iterate it for the responses; it is also a ``grpc.Call``."""
+
+    def cancel(self) -> bool: ...
+    def initial_metadata(self) -> Metadata | None: ...
+    def trailing_metadata(self) -> Metadata | None: ...
+
+
+def unix_target(endpoint: str) -> str:
+    """The gRPC target of a unix socket given as a path, ``unix:PATH`` or ``unix://ABSOLUTE-PATH``."""
+    if endpoint.startswith("unix://"):
+        path = endpoint[len("unix://") :]
+    elif endpoint.startswith("unix:"):
+        path = endpoint[len("unix:") :]
+    elif "://" in endpoint:
+        raise ValueError(f"not a unix socket endpoint: {endpoint!r}")
+    else:
+        path = endpoint
+    if not path:
+        raise ValueError(f"not a unix socket endpoint: {endpoint!r}")
+    return f"unix:{os.path.abspath(path)}"
+
+
+def _known_unary_methods() -> frozenset[str]:
+    return frozenset(
+        f"/{service.full_name}/{method.name}"
+        for service in cri.DESCRIPTOR.services_by_name.values()
+        for method in service.methods
+        if not method.client_streaming and not method.server_streaming
+    )
+
+
+KNOWN_UNARY_METHODS = _known_unary_methods()
+"""Full names of the unary methods of our ``runtime.v1`` subset; other methods are relayed as streams."""
+
+
+class Backend:
+    """Channels to the runtime's RuntimeService and ImageService endpoints (one channel if they agree)."""
+
+    def __init__(self, runtime_endpoint: str, image_endpoint: str | None = None) -> None:
+        self.runtime_target = unix_target(runtime_endpoint)
+        self.image_target = unix_target(image_endpoint) if image_endpoint else self.runtime_target
+        # Public for callers that need a typed stub on the runtime (the proxy's checkpoint rebuild).
+        self.runtime_channel: Any = grpc.insecure_channel(self.runtime_target, options=CHANNEL_OPTIONS)
+        self.image_channel: Any = (
+            self.runtime_channel
+            if self.image_target == self.runtime_target
+            else grpc.insecure_channel(self.image_target, options=CHANNEL_OPTIONS)
+        )
+        # Multi-callables are reusable and thread-safe; a racing duplicate insert is harmless.
+        self._unary: dict[str, Any] = {}
+        self._stream: dict[str, Any] = {}
+
+    def channel_for(self, method: str) -> Any:
+        """The channel that serves ``method`` (a full name, ``/package.Service/Method``)."""
+        return self.image_channel if method.startswith(IMAGE_SERVICE_PREFIXES) else self.runtime_channel
+
+    def unary_call(self, method: str, request: bytes, metadata: Metadata, timeout: float | None) -> UnaryCall:
+        """Start a raw unary call; ``result()`` gives the response bytes or raises ``grpc.RpcError``."""
+        callable_ = self._unary.get(method)
+        if callable_ is None:
+            callable_ = self._unary[method] = self.channel_for(method).unary_unary(method)
+        call: UnaryCall = callable_.future(request, timeout=timeout, metadata=metadata)
+        return call
+
+    def unary(self, method: str, request: bytes, metadata: Metadata, timeout: float | None) -> bytes:
+        """A raw unary call: response bytes, or ``grpc.RpcError``."""
+        return self.unary_call(method, request, metadata, timeout).result()
+
+    def stream(
+        self, method: str, request_iterator: Iterable[bytes], metadata: Metadata, timeout: float | None
+    ) -> StreamCall:
+        """A raw ``stream_stream`` call; iterating it raises ``grpc.RpcError`` when the call fails."""
+        callable_ = self._stream.get(method)
+        if callable_ is None:
+            callable_ = self._stream[method] = self.channel_for(method).stream_stream(method)
+        call: StreamCall = callable_(iter(request_iterator), timeout=timeout, metadata=metadata)
+        return call
+
+    def close(self) -> None:
+        self.runtime_channel.close()
+        if self.image_channel is not self.runtime_channel:
+            self.image_channel.close()
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------------- relaying
+
+
+def forwardable_metadata(metadata: Metadata | None) -> tuple[tuple[str, str | bytes], ...]:
+    """Caller metadata to hand on: without HTTP/2 pseudo-headers, transport keys and ``grpc-*`` keys."""
+    return tuple(
+        (key, value)
+        for key, value in metadata or ()
+        if not key.startswith((":", "grpc-")) and key not in _HOP_BY_HOP_KEYS
+    )
+
+
+def _returnable_metadata(metadata: Metadata | None) -> tuple[tuple[str, str | bytes], ...]:
+    return tuple(
+        (key, value)
+        for key, value in metadata or ()
+        if key == _STATUS_DETAILS_KEY or (not key.startswith((":", "grpc-")) and key not in _HOP_BY_HOP_KEYS)
+    )
+
+
+def deadline_of(context: grpc.ServicerContext) -> float | None:
+    """Seconds left of the caller's deadline, or None when the caller set none."""
+    remaining: float | None = context.time_remaining()
+    if remaining is None or remaining > _NO_DEADLINE_SECONDS:
+        return None
+    return max(remaining, 0.0)
+
+
+def _send_initial_metadata(context: grpc.ServicerContext, metadata: Metadata | None) -> None:
+    relayed = _returnable_metadata(metadata)
+    if relayed:
+        # An interceptor may already have sent its own; the first one wins.
+        with contextlib.suppress(ValueError):
+            context.send_initial_metadata(relayed)
+
+
+def _abort_like(context: grpc.ServicerContext, error: grpc.RpcError) -> NoReturn:
+    """End the caller's RPC with the backend's status code, details and trailing metadata."""
+    trailing = _returnable_metadata(getattr(error, "trailing_metadata", lambda: None)())
+    if trailing:
+        context.set_trailing_metadata(trailing)
+    code = getattr(error, "code", lambda: None)() or grpc.StatusCode.UNKNOWN
+    details = getattr(error, "details", lambda: None)() or ""
+    context.abort(code, details)
+    raise AssertionError("grpc.ServicerContext.abort returned")  # pragma: no cover
+
+
+def forward_unary(backend: Backend, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
+    """Send ``request`` (raw bytes) to the backend as the caller's ``method`` and return the raw response.
+
+    The caller's metadata and remaining deadline go along; a cancelled caller cancels the backend call;
+    a backend error ends the caller's RPC with the same code, details and trailing metadata (this
+    function then raises, as ``context.abort`` does).
+    """
+    call = backend.unary_call(
+        method, request, forwardable_metadata(context.invocation_metadata()), deadline_of(context)
+    )
+    context.add_callback(call.cancel)
+    try:
+        response = call.result()
+    except grpc.FutureCancelledError:
+        context.abort(grpc.StatusCode.CANCELLED, "cancelled by the caller")
+        raise AssertionError("grpc.ServicerContext.abort returned") from None  # pragma: no cover
+    except grpc.RpcError as error:
+        _abort_like(context, error)
+    _send_initial_metadata(context, call.initial_metadata())
+    trailing = _returnable_metadata(call.trailing_metadata())
+    if trailing:
+        context.set_trailing_metadata(trailing)
+    return response
+
+
+def forward_stream(
+    backend: Backend, method: str, request_iterator: Iterator[bytes], context: grpc.ServicerContext
+) -> Iterator[bytes]:
+    """Relay a call of any cardinality as a ``stream_stream`` call, message by message, in order."""
+    call = backend.stream(
+        method, request_iterator, forwardable_metadata(context.invocation_metadata()), deadline_of(context)
+    )
+    context.add_callback(call.cancel)
+    headers_sent = False
+    try:
+        for response in call:
+            if not headers_sent:
+                _send_initial_metadata(context, call.initial_metadata())
+                headers_sent = True
+            yield response
+    except grpc.RpcError as error:
+        _abort_like(context, error)
+    if not headers_sent:
+        _send_initial_metadata(context, call.initial_metadata())
+    trailing = _returnable_metadata(call.trailing_metadata())
+    if trailing:
+        context.set_trailing_metadata(trailing)
+
+
+class PassthroughHandler(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """Serves every method: intercepted ones by their function, the rest relayed to the backend as bytes."""
+
+    def __init__(self, backend: Backend, intercepted: Mapping[str, UnaryFunction] = MappingProxyType({})) -> None:
+        self.backend = backend
+        self._handlers: dict[str, Any] = {
+            method: grpc.unary_unary_rpc_method_handler(self._unary_forwarder(method)) for method in KNOWN_UNARY_METHODS
+        }
+        for method, function in intercepted.items():
+            self._handlers[method] = grpc.unary_unary_rpc_method_handler(function)
+
+    def _unary_forwarder(self, method: str) -> UnaryFunction:
+        backend = self.backend
+
+        def forward(request: bytes, context: grpc.ServicerContext) -> bytes:
+            return forward_unary(backend, method, request, context)
+
+        return forward
+
+    def _stream_forwarder(self, method: str) -> Callable[[Iterator[bytes], grpc.ServicerContext], Iterator[bytes]]:
+        backend = self.backend
+
+        def forward(request_iterator: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+            return forward_stream(backend, method, request_iterator, context)
+
+        return forward
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        method: str = handler_call_details.method
+        handler = self._handlers.get(method)
+        if handler is not None:
+            return handler
+        # Not cached: the names come from callers, and building the handler costs less than the call.
+        return grpc.stream_stream_rpc_method_handler(self._stream_forwarder(method))
+
+
+# ---------------------------------------------------------------------------------------------- serving
+
+
+def _remove_stale_socket(path: str) -> None:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise FileExistsError(f"{path} exists and is not a socket; refusing to replace it")
+    os.unlink(path)
+
+
+def serve(socket_path: str, handler: grpc.GenericRpcHandler, max_workers: int = DEFAULT_MAX_WORKERS) -> grpc.Server:
+    """Serve ``handler`` on the unix socket ``socket_path`` (mode 0660), started; stop it with ``stop()``.
+
+    A socket file left by a previous run is replaced; any other file at that path is an error. Every
+    streaming call holds one of the ``max_workers`` threads for its whole life.
+    """
+    path = os.path.abspath(socket_path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _remove_stale_socket(path)
+    server: Any = grpc.server(
+        ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="runtimeproxy"),
+        handlers=[handler],
+        options=SERVER_OPTIONS,
+    )
+    try:
+        bound = server.add_insecure_port(f"unix:{path}")
+    except RuntimeError as exc:
+        raise OSError(f"cannot bind unix:{path}: {exc}") from None
+    if not bound:
+        raise OSError(f"cannot bind unix:{path}")
+    server.start()
+    try:
+        os.chmod(path, SOCKET_MODE)
+    except BaseException:
+        server.stop(None)
+        raise
+    return server
