@@ -92,20 +92,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Blocked before any thread exists, so every thread inherits the mask and the stop signals are taken
     # only by sigwait below: no Python signal handler runs in the middle of a lock the main thread holds.
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        proxy = Proxy(options_from(args))
-        proxy.start()
-    except ProxyError as exc:
-        log.error("cannot start: %s", exc)
-        return EXIT_FAILURE
-    log.info("koord-runtime-proxy %s serving %s -> %s", version(), args.koord_runtimeproxy_endpoint,
-             args.remote_runtime_service_endpoint)
-    received = signal.sigwait(STOP_SIGNALS)
-    log.info("stopping on %s", signal.Signals(received).name)
-    proxy.stop()
-    log.info("koord-runtime-proxy stopped")
-    return EXIT_OK
+        try:
+            proxy = Proxy(options_from(args))
+            proxy.start()
+        except ProxyError as exc:
+            log.error("cannot start: %s", exc)
+            return EXIT_FAILURE
+        log.info("koord-runtime-proxy %s serving %s -> %s", version(), args.koord_runtimeproxy_endpoint,
+                 args.remote_runtime_service_endpoint)
+        received = signal.sigwait(STOP_SIGNALS)
+        log.info("stopping on %s", signal.Signals(received).name)
+        proxy.stop()
+        log.info("koord-runtime-proxy stopped")
+        return EXIT_OK
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,19 @@
 """The proxy assembled: backend channels, the hook-server registry, the checkpoint, the hooked calls and the
 gRPC server on the proxy's socket.
 
-Start order: registry (so the first call already knows the hook servers), checkpoint loaded then
-reconciled with what the backend reports (pods and containers made or removed while the proxy was down),
-then the socket.  Stop: the socket first (in-flight calls get a grace period), then the rest.
+Start order: registry (so the first call already knows the hook servers), checkpoint loaded, the socket,
+then - in the background, retried until the backend answers - the checkpoint reconciled with what the
+backend reports (pods and containers made or removed while the proxy was down).  Stop: the socket first
+(in-flight calls get a grace period), then the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import stat
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +29,8 @@ from runtimeproxy.store import Store
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 5.0
+REBUILD_BACKOFF_START = 1.0
+REBUILD_BACKOFF_MAX = 30.0
 
 
 class ProxyError(Exception):
@@ -55,6 +62,10 @@ class Proxy:
         self.hooks = HookClient(options.hook_timeout_seconds)
         self.interceptor = Interceptor(self._forward, self.registry, self.store, self.hooks, options.skip)
         self._server: grpc.Server | None = None
+        self._rebuilder: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.rebuilt = threading.Event()
+        """Set once the checkpoint has been reconciled with the backend."""
 
     def _forward(self, method: str, raw: bytes, context: Any) -> bytes:
         return forward_unary(self.backend, method, raw, context)
@@ -63,28 +74,44 @@ class Proxy:
         self.registry.reload()
         self.registry.start()
         self.store.load()
-        self._rebuild()
         try:
             self._server = serve(self.options.endpoint, PassthroughHandler(self.backend, self.interceptor.handlers()),
                                  self.options.max_workers)
         except Exception as exc:
             self.registry.stop()
             raise ProxyError(f"cannot serve on {self.options.endpoint}: {exc}") from exc
+        self._rebuilder = threading.Thread(target=self._rebuild, name="checkpoint-rebuild", daemon=True)
+        self._rebuilder.start()
 
     def _rebuild(self) -> None:
-        """Pods and containers changed while the proxy was down; an unreachable backend is not fatal (the
-        checkpoint as loaded serves, and kubelet retries its calls)."""
-        try:
-            report = self.store.rebuild(cri_grpc.RuntimeServiceStub(self.backend.runtime_channel))  # type: ignore[no-untyped-call]
-        except grpc.RpcError as exc:
-            log.warning("checkpoint not reconciled with the backend: %s", exc)
+        """Pods and containers changed while the proxy was down.  The proxy serves meanwhile (the checkpoint
+        as loaded answers; a backend that is not up yet fails calls as it would without the proxy), and the
+        reconciliation is retried until the backend answers."""
+        backoff = REBUILD_BACKOFF_START
+        stub = cri_grpc.RuntimeServiceStub(self.backend.runtime_channel)  # type: ignore[no-untyped-call]
+        while not self._stopping.is_set():
+            try:
+                report = self.store.rebuild(stub)
+            except grpc.RpcError as exc:
+                log.warning("checkpoint not reconciled with the backend yet (retrying in %.0f s): %s", backoff,
+                            exc.details() if hasattr(exc, "details") else exc)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, REBUILD_BACKOFF_MAX)
+                continue
+            log.info("checkpoint reconciled with the backend: %s", report)
+            self.rebuilt.set()
             return
-        log.info("checkpoint reconciled with the backend: %s", report)
 
     def stop(self) -> None:
+        self._stopping.set()
         if self._server is not None:
             self._server.stop(STOP_GRACE_SECONDS).wait()
             self._server = None
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(os.lstat(self.options.endpoint).st_mode):
+                    os.unlink(self.options.endpoint)  # kubelet sees "no runtime" rather than a dead socket
+        if self._rebuilder is not None:
+            self._rebuilder.join(STOP_GRACE_SECONDS)
         self.registry.stop()
         self.hooks.close()
         self.backend.close()

@@ -213,11 +213,13 @@ class Store:
         The two list calls must succeed (their errors propagate); a failing status call or unreadable
         verbose info only makes the added entry poorer (built from the list alone).
         """
-        sandboxes = list(runtime.ListPodSandbox(cri.ListPodSandboxRequest(), timeout=timeout_seconds).items)
-        listed = list(runtime.ListContainers(cri.ListContainersRequest(), timeout=timeout_seconds).containers)
+        # Taken before listing: the proxy serves while this runs, and an entry stored after the lists were
+        # read is missing from them only because it is newer - it must not be dropped.
         with self._lock:
             known_pods = dict(self._pods)
             known_containers = set(self._containers)
+        sandboxes = list(runtime.ListPodSandbox(cri.ListPodSandboxRequest(), timeout=timeout_seconds).items)
+        listed = list(runtime.ListContainers(cri.ListContainersRequest(), timeout=timeout_seconds).containers)
 
         sandbox_ids = {sandbox.id for sandbox in sandboxes}
         new_pods = {
@@ -236,11 +238,11 @@ class Store:
         container_ids = {c.id for c in listed}
 
         with self._lock:
-            dropped = [pod_id for pod_id in self._pods if pod_id not in sandbox_ids]
+            dropped = [pod_id for pod_id in self._pods if pod_id in known_pods and pod_id not in sandbox_ids]
             for pod_id in dropped:
                 del self._pods[pod_id]
             for cid, (owner, _) in list(self._containers.items()):
-                if cid not in container_ids or owner not in sandbox_ids:
+                if cid in known_containers and (cid not in container_ids or owner not in sandbox_ids):
                     del self._containers[cid]
                     dropped.append(cid)
             added = []

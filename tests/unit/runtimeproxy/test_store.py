@@ -330,6 +330,21 @@ def test_rebuild_keeps_known_and_drops_gone(tmp_path: Path) -> None:
     assert set(reopened.containers()) == {CTR_ID}
 
 
+def test_rebuild_keeps_what_the_proxy_stored_while_it_listed() -> None:
+    # The proxy serves during the rebuild: a pod run after the backend's list was read is not "gone".
+    store = Store(None)
+
+    class Racing(FakeRuntime):
+        def ListContainers(self, request: cri.ListContainersRequest, *, timeout: float) -> Any:  # noqa: N802
+            store.put_pod(POD2_ID, pod_request("just-run"))
+            store.put_container("e" * 64, POD2_ID, container_request("just-created"))
+            return super().ListContainers(request, timeout=timeout)
+
+    report = store.rebuild(Racing())
+    assert report.dropped == ()
+    assert set(store.pods()) == {POD2_ID} and set(store.containers()) == {"e" * 64}
+
+
 def test_rebuild_propagates_list_failure() -> None:
     class Down(FakeRuntime):
         def ListPodSandbox(self, request: cri.ListPodSandboxRequest, *, timeout: float) -> Any:  # noqa: N802
