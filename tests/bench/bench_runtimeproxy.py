@@ -155,8 +155,8 @@ class ProxyProcess:
 
     def __init__(self, tmp: Path, name: str, backend: str, config_dir: Path) -> None:
         self.name = name
-        self.socket = tmp / f"{name}.sock"
-        self.log = tmp / f"{name}.log"
+        self.socket = tmp / f"proxy-{name}.sock"
+        self.log = tmp / f"proxy-{name}.log"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                                          os.environ.get("PYTHONPATH")])))
         with open(self.log, "wb") as log:

@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
+from runtimeproxy import server as server_module
 from runtimeproxy.backend import Backend, PassthroughHandler, serve
 from tests.fixtures.containerd import IMAGE, Containerd, CriClient, read_container_cgroup, unique_pod_uid
 
@@ -29,18 +30,28 @@ class Proxy:
     client: CriClient
 
 
-@pytest.fixture
-def proxy(containerd16: Containerd) -> Iterator[Proxy]:
+@pytest.fixture(params=["passthrough", "koord-runtime-proxy"])
+def proxy(request: pytest.FixtureRequest, containerd16: Containerd) -> Iterator[Proxy]:
+    """The bare passthrough, and the whole proxy (hooked calls, registry, checkpoint) with no hook server
+    registered: both must be invisible to the CRI client."""
     socket = str(containerd16.tmp / "proxy.sock")
-    backend = Backend(str(containerd16.socket))
-    server = serve(socket, PassthroughHandler(backend, {}), max_workers=8)
+    if request.param == "passthrough":
+        backend = Backend(str(containerd16.socket))
+        server = serve(socket, PassthroughHandler(backend, {}), max_workers=8)
+        stop = lambda: (server.stop(None), backend.close())  # noqa: E731
+    else:
+        whole = server_module.Proxy(server_module.ProxyOptions(
+            endpoint=socket, runtime_endpoint=str(containerd16.socket),
+            hook_config_dir=str(containerd16.tmp / "hookserver.d"),
+            checkpoint_path=str(containerd16.tmp / "checkpoint.json")))
+        whole.start()
+        stop = whole.stop
     client = CriClient(socket)
     try:
         yield Proxy(socket, client)
     finally:
         client.close()
-        server.stop(None)
-        backend.close()
+        stop()
 
 
 def _code(call: Any) -> grpc.StatusCode:

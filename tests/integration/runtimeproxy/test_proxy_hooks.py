@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ import grpc
 import pytest
 
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
+from koordlet.apis.proto.runtime.v1alpha1 import api_pb2 as hook
+from koordlet.apis.proto.runtime.v1alpha1 import api_pb2_grpc as hook_grpc
 from koordlet.config import gates
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import FailurePolicy, Hook, HookContext, HookRunner, Stage
@@ -319,3 +322,40 @@ def test_proxy_restarts_during_pod_churn_lose_no_pod(rig: Rig) -> None:
         seen = dict(rig.seen.pods)
     assert set(stopped) <= set(seen), "every stop reached PostStopPodSandbox"
     assert {seen[uid] for uid in stopped} == {"BE"}, "with the pod's labels, also after a restart"
+
+
+class InvalidAnswers(hook_grpc.RuntimeHookServiceServicer):
+    """A broken hook server: negative quota and a malformed cpuset for every container."""
+
+    def PreCreateContainerHook(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return hook.ContainerResourceHookResponse(
+            container_resources=hook.LinuxContainerResources(cpu_quota=-5, cpuset_cpus="1-x", cpu_shares=4096))
+
+
+@pytest.mark.parametrize("policy", ["Ignore", "Fail"])
+def test_invalid_hook_answers_never_reach_containerd(rig: Rig, proxy: Proxy, policy: str) -> None:
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    hook_grpc.add_RuntimeHookServiceServicer_to_server(InvalidAnswers(), server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"unix:{rig.hook_socket}")
+    server.start()
+    try:
+        rig.registrations.mkdir()
+        (rig.registrations / "broken.json").write_text(json.dumps({
+            "remote-endpoint": str(rig.hook_socket), "failure-policy": policy,
+            "runtime-hooks": ["PreCreateContainer"]}))
+        proxy.registry.reload()
+        client = through(rig)
+        pod_id, parent = be_pod(client, rig.containerd, "broken-hooks")
+        if policy == "Fail":
+            with pytest.raises(grpc.RpcError) as failed:
+                client.create_container(pod_id, None, "main", SLEEP, resources=ORIGINAL)
+            assert failed.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert "cpu_quota -5" in failed.value.details() and "'1-x' is not a CPU list" in failed.value.details()
+            assert [c for c in rig.containerd.client().list_containers() if c.pod_sandbox_id == pod_id] == []
+            return
+        container_id = client.create_container(pod_id, None, "main", SLEEP, resources=ORIGINAL)
+        client.start(container_id)
+        assert read_container_cgroup(parent, container_id, "cpu.shares") == "2", "the original request went on"
+        assert read_container_cgroup(parent, container_id, "cpu.cfs_quota_us") == "-1"
+    finally:
+        server.stop(None)
