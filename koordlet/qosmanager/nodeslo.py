@@ -27,6 +27,7 @@ import yaml
 
 from koordlet.apis.nodeslo import NodeSLOSpec, default_nodeslo_spec, merge_over_defaults
 from koordlet.apis.sloconfig import configmap_data_from_yaml, render_nodeslo
+from koordlet.companion.slocontroller import SLOController
 from koordlet.errors import ConfigError, ParseError
 
 log = logging.getLogger(__name__)
@@ -133,15 +134,38 @@ def spec_json_from_text(text: str, node_labels: Mapping[str, str], where: str) -
     return dict(spec_obj)
 
 
+def is_configmap(text: str) -> bool:
+    """Whether ``text`` is an ``slo-controller-config`` ConfigMap (a manifest, a ``data:`` patch or bare
+    data keys) rather than a NodeSLO or its spec; False for text that is not one YAML mapping."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError:
+        return False
+    if len(docs) != 1 or not isinstance(docs[0], Mapping):
+        return False
+    doc = docs[0]
+    kind = doc.get("kind")
+    return kind == "ConfigMap" or ("data" in doc and kind is None) or bool(_CONFIGMAP_KEYS & set(doc))
+
+
 class FileNodeSLOSource:
     """Offers the NodeSLO of a local file to a holder whenever the file changes (checked by
-    :meth:`poll`, a ``stat`` per call).  A missing file means Koordinator's defaults."""
+    :meth:`poll`, a ``stat`` per call).  A missing file means Koordinator's defaults.
+
+    A NodeSLO (or its spec) is taken or refused as a whole.  An ``slo-controller-config`` ConfigMap goes
+    through the companion's SLO controller in-process (the embedded companion of a standalone host): a bad
+    key keeps its last good text and is reported in :attr:`Effective.rejected`, the other keys apply - the
+    NodeSLO is the one the companion would serve this node for the same ConfigMap."""
+
+    LOCAL_NODE = "local"
 
     def __init__(self, path: str, holder: NodeSLOHolder, node_labels: Mapping[str, str] | None = None) -> None:
         self.path = path
         self._holder = holder
         self._labels = dict(node_labels or {})
         self._seen: tuple[float, int, int] | None = None
+        self._controller = SLOController()
+        self._controller.set_node(self.LOCAL_NODE, self._labels)
 
     def poll(self) -> bool:
         """Re-reads the file if it changed; True when a new spec was put in force."""
@@ -162,12 +186,23 @@ class FileNodeSLOSource:
         try:
             with open(self.path, encoding="utf-8") as f:
                 text = f.read()
+            if is_configmap(text):
+                return self._offer_configmap(text, origin)
             spec_json = spec_json_from_text(text, self._labels, self.path)
         except (OSError, UnicodeDecodeError) as err:
             return self._holder.reject(origin, f"cannot read: {err}")
         except (ConfigError, ParseError) as err:
             return self._holder.reject(origin, str(err))
         return self._holder.offer_spec(spec_json, origin)
+
+    def _offer_configmap(self, text: str, origin: str) -> bool:
+        errors = self._controller.set_configmap(configmap_data_from_yaml(text), origin)
+        rendered = self._controller.spec_for(self.LOCAL_NODE)
+        accepted = rendered is not None and self._holder.offer_spec(rendered.spec, origin)
+        if errors:
+            refused = "; ".join(errors[key] for key in sorted(errors))
+            self._holder.reject(origin, f"{self.path}: key(s) refused, last good kept: {refused}")
+        return accepted
 
 
 def dump_spec(spec: NodeSLOSpec) -> str:

@@ -26,7 +26,8 @@ Besides p50/p90/p99 per mode it prints the added latency as the difference of th
 direct) and, because containerd's own CreateContainer varies by milliseconds, a paired estimate: median
 and p99 of ``proxy_i - direct_i`` over the interleaved rounds.  Needs root (containerd):
 
-    python -m tests.bench.bench_runtimeproxy [--requests 300] [--fast-requests 2000] [--check]
+    python -m tests.bench.bench_runtimeproxy [--requests 300] [--fast-requests 2000] [--checkpoint-containers N]
+                                             [--check]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import itertools
 import json
 import multiprocessing
 import os
@@ -131,7 +133,11 @@ class Child:
         self.process = ctx.Process(target=target, args=(socket_path, child_end), name=name, daemon=True)
         self.process.start()
         child_end.close()
-        if not self.control.poll(START_TIMEOUT) or self.control.recv() != "ready":
+        try:
+            ready = self.control.poll(START_TIMEOUT) and self.control.recv() == "ready"
+        except EOFError:  # the child died first
+            ready = False
+        if not ready:
             self.stop()
             raise RuntimeError(f"{name} child did not start")
 
@@ -230,14 +236,17 @@ class Pod:
     def __init__(self, pod_id: str, config: Any) -> None:
         self.pod_id = pod_id
         self.config = config
+        self.attempts = itertools.count()
 
-    def request(self, name: str) -> Any:
+    def request(self) -> Any:
+        """A ``main`` container (the name BE_SPEC gives batch resources to), each with its own attempt, so a
+        name containerd has not released yet can never clash."""
         return cri.CreateContainerRequest(
             pod_sandbox_id=self.pod_id, sandbox_config=self.config,
             config=cri.ContainerConfig(
-                metadata=cri.ContainerMetadata(name=name, attempt=0), image=cri.ImageSpec(image=IMAGE),
-                command=SLEEP, envs=[cri.KeyValue(key="PATH", value="/bin")],
-                labels={"io.kubernetes.container.name": name},
+                metadata=cri.ContainerMetadata(name="main", attempt=next(self.attempts)),
+                image=cri.ImageSpec(image=IMAGE), command=SLEEP, envs=[cri.KeyValue(key="PATH", value="/bin")],
+                labels={"io.kubernetes.container.name": "main"},
                 linux=cri.LinuxContainerConfig(
                     resources=cri.LinuxContainerResources(cpu_shares=ORIGINAL_SHARES, cpu_period=100_000),
                     security_context=cri.LinuxContainerSecurityContext(namespace_options=cri.NamespaceOption(
@@ -245,9 +254,9 @@ class Pod:
 
 
 
-def create_remove(endpoint: Endpoint, pod: Pod, name: str) -> tuple[float, str]:
+def create_remove(endpoint: Endpoint, pod: Pod) -> tuple[float, str]:
     """(ms of CreateContainer, the id); the container is removed again, untimed."""
-    request = pod.request(name)
+    request = pod.request()
     started = time.perf_counter()
     reply = endpoint.stub.CreateContainer(request, timeout=CALL_TIMEOUT)
     elapsed = (time.perf_counter() - started) * 1000
@@ -270,7 +279,7 @@ def fast_shares(container_id: str) -> int:
 
 def created_shares(endpoint: Endpoint, pod: Pod, shares_of: Callable[[str], int]) -> int:
     """cpu shares the backend got for a container created through ``endpoint`` (then removed)."""
-    reply = endpoint.stub.CreateContainer(pod.request("probe"), timeout=CALL_TIMEOUT)
+    reply = endpoint.stub.CreateContainer(pod.request(), timeout=CALL_TIMEOUT)
     try:
         return shares_of(reply.container_id)
     finally:
@@ -304,9 +313,9 @@ class Result:
 
 def interleaved(backend: str, endpoints: list[Endpoint], pod: Pod, rounds: int, warmup: int) -> Result:
     """``rounds`` CreateContainer calls per mode, round-robin in an order rotated every round."""
-    for i in range(warmup):
+    for _ in range(warmup):
         for endpoint in endpoints:
-            create_remove(endpoint, pod, f"w{i}")
+            create_remove(endpoint, pod)
     for endpoint in endpoints:
         endpoint.latencies.clear()
     pids = {e.mode: e.pid for e in endpoints if e.pid is not None}
@@ -317,7 +326,7 @@ def interleaved(backend: str, endpoints: list[Endpoint], pod: Pod, rounds: int, 
         for i in range(rounds):
             for k in range(len(endpoints)):
                 endpoint = endpoints[(i + k) % len(endpoints)]
-                endpoint.latencies.append(create_remove(endpoint, pod, f"c{i}")[0])
+                endpoint.latencies.append(create_remove(endpoint, pod)[0])
     finally:
         gc.enable()
     cpu = {mode: (cpu_seconds(pid) - before[mode]) * 1000 / rounds for mode, pid in pids.items()}
@@ -372,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast-requests", type=int, default=2000, help="timed CreateContainer per mode on the "
                         "fast backend")
     parser.add_argument("--warmup", type=int, default=10, help="untimed rounds first (x20 on the fast backend)")
+    parser.add_argument("--checkpoint-containers", type=int, default=0, metavar="N",
+                        help="containerd: N more containers (created, not started) in the pod before the proxies "
+                        "start, so their checkpoints hold N containers as on a busy node (it is rewritten whole "
+                        "on every change)")
     parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
     args = parser.parse_args(argv)
     if args.requests < 2 or args.fast_requests < 2:
@@ -396,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
             pod_id = client.run_pod("bench", uid, "default", parent, labels=BE_LABELS, annotations=BE_ANNOTATIONS)
             pod = Pod(pod_id, client.pod_sandbox_config("bench", uid, "default", parent, BE_LABELS,
                                                         BE_ANNOTATIONS))
+            for _ in range(args.checkpoint_containers):
+                client.runtime.CreateContainer(pod.request(), timeout=CALL_TIMEOUT)
             fast_socket = str(tmp / "fast.sock")
             hook_socket = str(tmp / "koordlet.sock")
             children.append(Child(ctx, serve_fast_backend, fast_socket, "bench-fast-cri"))
@@ -430,6 +445,12 @@ def main(argv: list[str] | None = None) -> int:
                 ctd_result = interleaved("containerd 1.6", ctd, pod, args.requests, args.warmup)
             # Dropped again: the proxies stop calling the hook server before it stops.
             wait_for_shares(ctd[2], pod, shares_ctd, ORIGINAL_SHARES)
+    except BaseException:
+        for proxy in proxies:  # what the proxies said is the first clue
+            with contextlib.suppress(OSError):
+                tail = "\n".join(proxy.log.read_text(errors="replace").splitlines()[-15:])
+                print(f"--- {proxy.log.name} (last lines) ---\n{tail}", file=sys.stderr)
+        raise
     finally:
         for endpoint in endpoints:
             endpoint.channel.close()
@@ -442,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"koord-runtime-proxy CreateContainer latency, modes interleaved round-robin, {os.cpu_count()} CPUs; "
           f"BE pod, hooks change cpu shares {ORIGINAL_SHARES} -> {HOOKED_SHARES} "
           f"(registration picked up in {pickup:.2f} s); proxy cpu/req covers CreateContainer + RemoveContainer")
-    checked = report(ctd_result, f"containerd 1.6: {args.requests} calls per mode ({args.warmup} warm-up rounds)")
+    checked = report(ctd_result, f"containerd 1.6: {args.requests} calls per mode ({args.warmup} warm-up rounds, "
+                                 f"{args.checkpoint_containers} other containers in the checkpoint)")
     checked += report(fast_result, f"fast backend (answers at once): {args.fast_requests} calls per mode "
                                    f"({args.warmup * 20} warm-up rounds)")
     missed = False

@@ -32,6 +32,7 @@ SOURCES: dict[str, bool] = {
     "cri/runtime/v1/api.proto": True,
     "nri/v1alpha1/api.proto": False,
     "ttrpc/request.proto": False,
+    "companion/v1/companion.proto": True,
 }
 
 # Files in PACKAGE_DIR that are written by hand, not generated.

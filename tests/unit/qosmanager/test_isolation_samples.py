@@ -242,13 +242,16 @@ def test_bad_samples_are_rejected_naming_the_key(shared_dir: Path, tmp_path: Pat
     for key in good_keys:  # only the broken keys are blamed
         assert key not in message
 
-    # Through the file source: rejected with the same reason, the defaults (last good) stay in force.
+    # Through the file source (the embedded companion): the bad keys are refused by name and fall back to
+    # their defaults (no earlier good text), the good keys apply.
     path = tmp_path / "nodeslo.yaml"
     path.write_text(text, encoding="utf-8")
     holder = NodeSLOHolder()
-    assert FileNodeSLOSource(str(path), holder).poll() is False
+    assert FileNodeSLOSource(str(path), holder).poll() is True
     state = holder.current()
-    assert state.origin == "defaults" and state.generation == 0
+    assert state.origin == f"file:{path}" and state.generation == 1
     assert state.rejected is not None
     for key in bad_keys:
         assert f"{key}: invalid JSON" in state.rejected
+    for key in good_keys:
+        assert f"{key}:" not in state.rejected

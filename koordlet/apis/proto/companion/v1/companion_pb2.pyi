@@ -1,0 +1,43 @@
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ReportNodeMetricRequest(_message.Message):
+    __slots__ = ("node_name", "status_json", "sent_at_unix_ms")
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_JSON_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    node_name: str
+    status_json: bytes
+    sent_at_unix_ms: int
+    def __init__(self, node_name: _Optional[str] = ..., status_json: _Optional[bytes] = ..., sent_at_unix_ms: _Optional[int] = ...) -> None: ...
+
+class ReportNodeMetricResponse(_message.Message):
+    __slots__ = ("accepted", "collect_policy_json")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    COLLECT_POLICY_JSON_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    collect_policy_json: bytes
+    def __init__(self, accepted: _Optional[bool] = ..., collect_policy_json: _Optional[bytes] = ...) -> None: ...
+
+class WatchNodeSLORequest(_message.Message):
+    __slots__ = ("node_name", "last_generation")
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    LAST_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    node_name: str
+    last_generation: int
+    def __init__(self, node_name: _Optional[str] = ..., last_generation: _Optional[int] = ...) -> None: ...
+
+class NodeSLOUpdate(_message.Message):
+    __slots__ = ("generation", "spec_json", "origin", "rendered_at_unix_ms")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    RENDERED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    spec_json: bytes
+    origin: str
+    rendered_at_unix_ms: int
+    def __init__(self, generation: _Optional[int] = ..., spec_json: _Optional[bytes] = ..., origin: _Optional[str] = ..., rendered_at_unix_ms: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,338 @@
+"""The companion's gRPC API (``koordinator.companion.v1.Companion``): NodeMetric in, NodeSLO out.
+
+Koordlets push their NodeMetric status with ``ReportNodeMetric`` and hold one ``WatchNodeSLO`` stream each.
+The server runs on grpc's asyncio stack in a thread of its own, so an idle watch costs a coroutine rather than
+a thread (a cluster has one stream per node), and :meth:`CompanionServer.notify` pushes a changed NodeSLO to
+its watchers at once: there is no polling between a ConfigMap change and the koordlet.
+
+Every call must carry ``authorization: Bearer <token>`` (compared in constant time); TLS is optional (a
+certificate and key file).  HTTP/2 keepalive pings on both ends notice a peer that vanished without closing
+its connection (a powered-off node), so its stream and coroutine are released.
+
+The status arrives as Koordinator JSON and is decoded with :meth:`NodeMetricStatus.from_json`, so the CR shape
+has one definition; a status that does not decode is ``INVALID_ARGUMENT`` with the field path.  Decoding and
+``on_metric`` run on a small thread pool, off the event loop, so a slow consumer (an apiserver write) never
+delays a NodeSLO push.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Final
+
+import grpc
+
+from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
+from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
+from koordlet.errors import KoordletError, ParseError
+
+log = logging.getLogger(__name__)
+
+SLOForNode = Callable[[str], tuple[int, Mapping[str, Any], str] | None]
+"""``node name -> (generation, NodeSLO spec JSON, origin)``, or None while the node has no spec.  Called on the
+event loop: it must only read state (no I/O).  The generation must change whenever the spec does and should
+survive a companion restart (the NodeSLO object's ``metadata.generation``), since koordlets send back the
+generation they hold and an equal one is not re-sent."""
+
+MetricConsumer = Callable[[str, NodeMetricStatus], None]
+"""Receives each decoded report with its node name; runs on the ingest pool, may block briefly."""
+
+AUTHORIZATION_KEY: Final = "authorization"
+BEARER_PREFIX: Final = "Bearer "
+SOCKET_MODE: Final = 0o600
+INGEST_WORKERS: Final = 4
+"""Threads decoding reports and calling ``on_metric`` (decoding holds the GIL; more threads add nothing)."""
+START_TIMEOUT_SECONDS: Final = 10.0
+STOP_GRACE_SECONDS: Final = 2.0
+MAX_MESSAGE_BYTES: Final = 16 << 20
+"""A status with thousands of pods stays well below this; anything larger is a bug or an attack."""
+
+KEEPALIVE_TIME_MS: Final = 30_000
+"""Ping an idle connection every 30 s ..."""
+KEEPALIVE_TIMEOUT_MS: Final = 10_000
+"""... and drop it when the ping is not answered within 10 s."""
+MIN_CLIENT_PING_INTERVAL_MS: Final = 20_000
+"""Pings from clients closer together than this are answered with GOAWAY ``too_many_pings``; the koordlet
+pings every ``KEEPALIVE_TIME_MS`` (30 s), above it."""
+
+SERVER_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
+    ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+)
+
+
+class CompanionAPIError(KoordletError, RuntimeError):
+    """The companion API server could not start (bind, TLS files)."""
+
+
+def _unix_ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+class _Servicer(companion_pb2_grpc.CompanionServicer):
+    def __init__(self, server: CompanionServer) -> None:
+        self._server = server
+
+    async def ReportNodeMetric(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC method names)
+        await self._server.authenticate(context)
+        if not request.node_name:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_name: required")
+        loop = asyncio.get_running_loop()
+        try:
+            policy_json = await loop.run_in_executor(self._server.ingest_pool, self._server.ingest,
+                                                     request.node_name, bytes(request.status_json))
+        except ParseError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Exception as exc:  # the consumer failed: the koordlet retries next interval
+            log.warning("NodeMetric consumer failed", extra={"node": request.node_name, "error": str(exc)})
+            await context.abort(grpc.StatusCode.INTERNAL, f"NodeMetric not stored: {exc}")
+        return companion_pb2.ReportNodeMetricResponse(accepted=True, collect_policy_json=policy_json)
+
+    async def WatchNodeSLO(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
+        await self._server.authenticate(context)
+        node = request.node_name
+        if not node:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_name: required")
+        # Headers go out at once so the koordlet knows the watch is established even while nothing changes.
+        await context.send_initial_metadata(())
+        sent = request.last_generation
+        wake = asyncio.Event()
+        self._server.watchers.setdefault(node, set()).add(wake)
+        try:
+            while not self._server.stopping:
+                # Cleared before reading, so a notify() that lands while we read or send is not lost.
+                wake.clear()
+                current = self._server.slo_for_node(node)
+                if current is not None and current[0] != sent:
+                    generation, spec, origin = current
+                    yield companion_pb2.NodeSLOUpdate(
+                        generation=generation, spec_json=json.dumps(spec, separators=(",", ":")).encode(),
+                        origin=origin, rendered_at_unix_ms=_unix_ms(time.time()))
+                    sent = generation
+                    continue
+                await wake.wait()
+        finally:
+            watchers = self._server.watchers.get(node)
+            if watchers is not None:
+                watchers.discard(wake)
+                if not watchers:
+                    del self._server.watchers[node]
+
+
+class CompanionServer:
+    """``Companion`` on ``bind`` (``host:port``, port 0 picks one, or ``unix:/path``).
+
+    ``token`` None turns authentication off (a unix socket of mode 0600 in the standalone koordlet); TLS is on
+    when ``cert_file`` and ``key_file`` are given.  ``collect_policy`` (optional) tells each koordlet the
+    NodeMetric collect policy wanted for its node; without it the response carries none and koordlets keep
+    their own."""
+
+    name: Final = "companion-api"
+
+    def __init__(self, bind: str, token: str | None, slo_for_node: SLOForNode, on_metric: MetricConsumer, *,
+                 collect_policy: Callable[[str], NodeMetricCollectPolicy | None] | None = None,
+                 cert_file: str | None = None, key_file: str | None = None) -> None:
+        if (cert_file is None) != (key_file is None):
+            raise CompanionAPIError("companion API: TLS needs both cert_file and key_file")
+        if token is not None and not token:
+            raise CompanionAPIError("companion API: token is empty (use None to turn authentication off)")
+        self.bind = bind
+        self.slo_for_node = slo_for_node
+        self._on_metric = on_metric
+        self._collect_policy = collect_policy
+        self._expected = (BEARER_PREFIX + token).encode() if token is not None else None
+        self._cert_file = cert_file
+        self._key_file = key_file
+        self.port = 0
+        """The bound TCP port once started (0 for a unix socket)."""
+        self.stopping = False
+        self.watchers: dict[str, set[asyncio.Event]] = {}
+        """Per node, the wake-up event of each open watch (touched only on the event loop)."""
+        self.ingest_pool = _ingest_pool()
+        """Decodes reports and runs ``on_metric``; threads start on first use, a restart gets a fresh pool."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------------------------- handlers
+
+    async def authenticate(self, context: Any) -> None:
+        """Aborts the call with UNAUTHENTICATED unless it carries the bearer token."""
+        if self._expected is None:
+            return
+        presented = b""
+        for key, value in context.invocation_metadata() or ():
+            if key == AUTHORIZATION_KEY:
+                presented = value.encode() if isinstance(value, str) else bytes(value)
+                break
+        if not hmac.compare_digest(presented, self._expected):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+
+    def ingest(self, node: str, status_json: bytes) -> bytes:
+        """Decodes one report and hands it on; returns the collect policy JSON for the reply (b"" for none).
+        Raises ParseError naming the field path of a bad status."""
+        try:
+            document = json.loads(status_json)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ParseError(f"status_json: not valid JSON: {exc}") from None
+        status = NodeMetricStatus.from_json(document, "status")
+        self._on_metric(node, status)
+        if self._collect_policy is None:
+            return b""
+        policy = self._collect_policy(node)
+        return json.dumps(policy.to_json()).encode() if policy is not None else b""
+
+    # ------------------------------------------------------------------------------------- lifecycle
+
+    def start(self, on_failure: Callable[[BaseException], None] | None = None) -> None:
+        """Binds and serves on a thread of its own; returns once serving.  Raises CompanionAPIError when the
+        address cannot be bound or the TLS files cannot be read."""
+        if self._thread is not None:
+            raise CompanionAPIError("companion API: already started")
+        credentials = self._credentials()
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._serve(credentials))
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            except BaseException as exc:  # the loop itself died: nothing is served any more
+                if on_failure is not None:
+                    on_failure(exc)
+            finally:
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self.stopping = False
+        self.ingest_pool = _ingest_pool()
+        self._thread = threading.Thread(target=run, name="companion-api", daemon=True)
+        self._thread.start()
+        if not ready.wait(START_TIMEOUT_SECONDS) or failure:
+            self._thread.join(STOP_GRACE_SECONDS)
+            self._thread = None
+            cause = failure[0] if failure else TimeoutError("server did not start")
+            if isinstance(cause, CompanionAPIError):
+                raise cause
+            raise CompanionAPIError(f"companion API: cannot serve on {self.bind}: {cause}") from cause
+        log.info("companion API serving", extra={"bind": self.bind, "port": self.port,
+                                                 "tls": credentials is not None,
+                                                 "auth": self._expected is not None})
+
+    def _credentials(self) -> Any:
+        if self._cert_file is None or self._key_file is None:
+            return None
+        try:
+            cert = Path(self._cert_file).read_bytes()
+            key = Path(self._key_file).read_bytes()
+        except OSError as exc:
+            raise CompanionAPIError(f"companion API: cannot read TLS files: {exc}") from None
+        return grpc.ssl_server_credentials([(key, cert)])
+
+    async def _serve(self, credentials: Any) -> None:
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        companion_pb2_grpc.add_CompanionServicer_to_server(  # type: ignore[no-untyped-call]
+            _Servicer(self), server)
+        unix_path = self.bind[len("unix:"):] if self.bind.startswith("unix:") else None
+        if unix_path is not None:
+            Path(unix_path).parent.mkdir(parents=True, exist_ok=True)
+            _remove_stale_socket(unix_path)
+        try:
+            if credentials is not None:
+                port = server.add_secure_port(self.bind, credentials)
+            else:
+                port = server.add_insecure_port(self.bind)
+        except RuntimeError as exc:
+            raise CompanionAPIError(f"companion API: cannot bind {self.bind}: {exc}") from None
+        if not port:
+            raise CompanionAPIError(f"companion API: cannot bind {self.bind}")
+        await server.start()
+        if unix_path is not None:
+            os.chmod(unix_path, SOCKET_MODE)
+        else:
+            self.port = port
+        self._server = server
+
+    def notify(self, node_name: str | None = None) -> None:
+        """Wakes the watchers of ``node_name`` (every watcher for None) to re-read their spec; thread-safe and
+        cheap, call it on every change of the SLO config."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed under us: nobody is watching any more
+            loop.call_soon_threadsafe(self._wake, node_name)
+
+    def _wake(self, node_name: str | None) -> None:
+        if node_name is None:
+            groups = list(self.watchers.values())
+        else:
+            groups = [self.watchers.get(node_name, set())]
+        for group in groups:
+            for event in group:
+                event.set()
+
+    def stop(self, timeout_seconds: float = STOP_GRACE_SECONDS) -> None:
+        """Ends every watch, drains unary calls for up to ``timeout_seconds`` and stops the thread."""
+        thread, loop, server = self._thread, self._loop, self._server
+        self._thread = None
+        if thread is None or loop is None:
+            self.ingest_pool.shutdown(wait=False)
+            return
+
+        async def shutdown() -> None:
+            self.stopping = True
+            self._wake(None)
+            if server is not None:
+                await server.stop(timeout_seconds)
+            loop.stop()
+
+        with contextlib.suppress(RuntimeError):
+            asyncio.run_coroutine_threadsafe(shutdown(), loop)
+        thread.join(timeout_seconds + STOP_GRACE_SECONDS)
+        if thread.is_alive():
+            log.warning("companion API still stopping", extra={"timeout_seconds": timeout_seconds})
+        self.ingest_pool.shutdown(wait=False)
+        self._server = None
+        if self.bind.startswith("unix:"):
+            with contextlib.suppress(OSError):
+                _remove_stale_socket(self.bind[len("unix:"):])
+
+
+def _ingest_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="companion-ingest")
+
+
+def _remove_stale_socket(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise CompanionAPIError(f"companion API: {path} exists and is not a socket; refusing to replace it")
+    os.unlink(path)
