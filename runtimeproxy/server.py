@@ -113,5 +113,6 @@ class Proxy:
         if self._rebuilder is not None:
             self._rebuilder.join(STOP_GRACE_SECONDS)
         self.registry.stop()
+        self.store.close()
         self.hooks.close()
         self.backend.close()

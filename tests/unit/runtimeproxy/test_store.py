@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,7 @@ def test_persists_across_instances(tmp_path: Path) -> None:
     store.put_pod(POD2_ID, pod_request("other"))
     store.put_container(CTR_ID, POD_ID, container_request())
     store.remove_pod(POD2_ID)
+    store.close()  # the last write happens at once, not after the writer's coalescing delay
 
     body = json.loads(path.read_text())  # readable JSON with proto field names
     assert body["version"] == 1
@@ -104,6 +106,30 @@ def test_persists_across_instances(tmp_path: Path) -> None:
     reopened.load()
     assert reopened.pods() == {POD_ID: pod_request()}
     assert reopened.containers() == {CTR_ID: (POD_ID, container_request())}
+
+
+def test_a_burst_of_changes_is_written_once_in_the_background(tmp_path: Path) -> None:
+    path = tmp_path / "store.json"
+    store = Store(str(path), persist_delay_seconds=0.2)
+    writes: list[int] = []
+    original = store._write
+
+    def counting(*args: object) -> None:
+        writes.append(1)
+        original(*args)  # type: ignore[arg-type]
+
+    store._write = counting  # type: ignore[method-assign]
+    for i in range(50):
+        store.put_container(f"{i:064x}", POD_ID, container_request())
+    deadline = time.monotonic() + 5
+    while not path.exists():
+        assert time.monotonic() < deadline, "the writer never wrote"
+        time.sleep(0.01)
+    store.close()
+    assert 1 <= len(writes) <= 3, writes  # coalesced, not one write per change
+    reopened = Store(str(path))
+    reopened.load()
+    assert len(reopened.containers()) == 50
 
 
 def test_missing_checkpoint_is_empty(tmp_path: Path) -> None:
@@ -131,6 +157,7 @@ def test_garbage_checkpoint_starts_empty_and_is_kept_aside(
     path = tmp_path / "store.json"
     good = Store(str(path))
     good.put_pod(POD_ID, pod_request())
+    good.close()
     path.write_bytes(content)
 
     store = Store(str(path))
@@ -142,6 +169,7 @@ def test_garbage_checkpoint_starts_empty_and_is_kept_aside(
     assert str(path) in message and reason in message
 
     store.put_pod(POD2_ID, pod_request("other"))  # the next write replaces the garbage
+    store.flush()
     reopened = Store(str(path))
     reopened.load()
     assert set(reopened.pods()) == {POD2_ID}
@@ -324,6 +352,7 @@ def test_rebuild_keeps_known_and_drops_gone(tmp_path: Path) -> None:
     )
     assert store.pod(POD_ID) == stored  # what the hooks answered is kept, not overwritten by the backend
 
+    store.flush()
     reopened = Store(str(path))
     reopened.load()
     assert set(reopened.pods()) == {POD_ID}
