@@ -33,12 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from koordlet.apis.extension import (
-    ANNOTATION_NODE_RESERVATION,
-    LABEL_QOS,
-    PriorityClass,
-    QoSClass,
-)
+from koordlet.apis.extension import ANNOTATION_NODE_RESERVATION, PriorityClass, QoSClass
 from koordlet.apis.nodemetric import NodeMetricStatus, PodMetricInfo, ResourceMap
 from koordlet.apis.pod import Pod
 from koordlet.apis.quantity import int_value, milli_value
@@ -495,7 +490,7 @@ def needs_update(old: BatchValues | BatchResult, new: BatchValues | BatchResult,
 
 
 __all__ = [
-    "LABEL_QOS", "POLICY_MAX_USAGE_REQUEST", "POLICY_REQUEST", "POLICY_USAGE", "REASON_DEGRADED", "REASON_DISABLED",
+    "POLICY_MAX_USAGE_REQUEST", "POLICY_REQUEST", "POLICY_USAGE", "REASON_DEGRADED", "REASON_DISABLED",
     "BatchResult", "BatchValues", "CPUMemory", "HostAppMetric", "NodeInput", "PodInput", "calculate",
     "is_degrade_needed", "needs_update", "parse_cpuset", "parse_node_reservation",
 ]
