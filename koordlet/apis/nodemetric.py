@@ -346,6 +346,50 @@ class NodeMetricInfo:
         )
 
 
+_PRIORITY_BY_VALUE = {p.value: p for p in PriorityClass}
+_QOS_BY_VALUE = {q.value: q for q in QoSClass}
+_POD_METRIC_KEYS = frozenset({"name", "namespace", "podUsage", "priority", "qos"})
+_USAGE_KEYS = frozenset({"resources"})
+_RESOURCE_KEYS = frozenset({"cpu", "memory"})
+
+
+def _usage_fast(obj: Any) -> ResourceMap | None:
+    """A ``ResourceMap`` in the exact shape koordlets send, decoded without building error paths; None when
+    anything is unusual (the caller then takes the checked path, which names what is wrong)."""
+    if obj is None:
+        return ResourceMap()
+    if type(obj) is not dict or not obj.keys() <= _USAGE_KEYS:
+        return None
+    resources = obj.get("resources")
+    if resources is None:
+        return ResourceMap()
+    if type(resources) is not dict or not resources.keys() <= _RESOURCE_KEYS:
+        return None
+    cpu, memory = resources.get("cpu"), resources.get("memory")
+    if (cpu is not None and type(cpu) is not str) or (memory is not None and type(memory) is not str):
+        return None
+    try:
+        return ResourceMap(cpu_milli=milli_value(cpu) if cpu is not None else None,
+                           memory_bytes=int_value(memory) if memory is not None else None)
+    except ParseError:
+        return None
+
+
+def _pod_metric_fast(obj: Any) -> PodMetricInfo | None:
+    """The fast path of :meth:`PodMetricInfo.from_json` (a companion decodes ~100 of these per report)."""
+    if type(obj) is not dict or not obj.keys() <= _POD_METRIC_KEYS:
+        return None
+    name, namespace = obj.get("name", ""), obj.get("namespace", "")
+    priority = _PRIORITY_BY_VALUE.get(obj.get("priority") or "")
+    qos = _QOS_BY_VALUE.get(obj.get("qos") or "")
+    if type(name) is not str or type(namespace) is not str or priority is None or qos is None:
+        return None
+    usage = _usage_fast(obj.get("podUsage"))
+    if usage is None:
+        return None
+    return PodMetricInfo(name=name, namespace=namespace, pod_usage=usage, priority=priority, qos=qos)
+
+
 @dataclass(frozen=True, slots=True)
 class PodMetricInfo:
     """One pod's usage (``PodMetricInfo{name, namespace, podUsage, priority, qos}``)."""
@@ -373,17 +417,18 @@ class PodMetricInfo:
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> PodMetricInfo:
+        fast = _pod_metric_fast(obj)
+        if fast is not None:
+            return fast
         obj = _object(obj, where, ParseError)
         priority_text = _string(_member(obj, "priority"), f"{where}.priority")
         qos_text = _string(_member(obj, "qos"), f"{where}.qos")
-        try:
-            priority = PriorityClass(priority_text)
-        except ValueError:
-            raise ParseError(f"{where}.priority: unknown priority class {priority_text!r}") from None
-        try:
-            qos = QoSClass(qos_text)
-        except ValueError:
-            raise ParseError(f"{where}.qos: unknown QoS class {qos_text!r}") from None
+        priority = _PRIORITY_BY_VALUE.get(priority_text)
+        if priority is None:
+            raise ParseError(f"{where}.priority: unknown priority class {priority_text!r}")
+        qos = _QOS_BY_VALUE.get(qos_text)
+        if qos is None:
+            raise ParseError(f"{where}.qos: unknown QoS class {qos_text!r}")
         return cls(
             name=_string(_member(obj, "name"), f"{where}.name"),
             namespace=_string(_member(obj, "namespace"), f"{where}.namespace"),

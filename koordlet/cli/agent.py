@@ -44,6 +44,12 @@ from koordlet.runtimehooks.component import RuntimeHooks
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookRunner, Stage, failure_policy
 from koordlet.runtimehooks.hooks import build_hooks
+from koordlet.statesinformer.companion import (
+    CompanionClient,
+    CompanionNodeMetricSink,
+    CompanionNodeSLOSource,
+    token_from_file,
+)
 from koordlet.statesinformer.informer import StatesInformer
 from koordlet.statesinformer.kubelet import KubeletClient, KubeletOptions
 from koordlet.statesinformer.kubeletconfig import KubeletConfigSync
@@ -148,13 +154,25 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
     advisor = MetricsAdvisor(options, build_collectors())
     policy = NodeMetricCollectPolicy(aggregate_duration_seconds=config.node_metric.aggregate_duration_seconds,
                                      report_interval_seconds=config.node_metric.report_interval_seconds)
+    client = companion_client(config)
+    sinks: list[Any] = [LocalNodeMetricSink(cache, state_dir, config.node_name)]
+    companion_sink = CompanionNodeMetricSink(client) if client is not None else None
+    if companion_sink is not None:
+        sinks.append(companion_sink)
     reporter = NodeMetricRunner(
-        cache, informer, [LocalNodeMetricSink(cache, state_dir, config.node_name)], policy,
+        cache, informer, sinks, policy,
         recorder=metrics.node_metric if effective_gates.get("NodeMetricPromMetrics") else None,
     )
+    if companion_sink is not None:
+        companion_sink.on_policy = reporter.set_policy  # the companion's colocation-config decides the policy
     server = MetricsServer(metrics.routes, config.server.addr)
-    executor, qos, audit = build_qos(config, state_dir, layout, driver, informer, cache, metrics, effective_gates)
+    executor, qos, audit = build_qos(config, state_dir, layout, driver, informer, cache, metrics, effective_gates,
+                                     companion=client is not None)
     hooks = build_runtime_hooks(config, layout, informer, qos, audit, metrics, effective_gates, probes or {})
+    slo_source: list[Component] = []
+    if client is not None:
+        cache_path = config.companion.nodeslo_cache or str(state_dir / "nodeslo-companion.json")
+        slo_source.append(CompanionNodeSLOSource(client, qos.holder, cache_path))
 
     components: list[Component] = [MetricCacheComponent(cache, config.metric_cache.flush_interval_seconds), informer]
     if not config.standalone:
@@ -171,7 +189,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
         config_sync = KubeletConfigSync(KubeletClient(options_k), kubelet.sync_interval_seconds,
                                         informer.set_reservation)
         components += [source, config_sync]
-    components += [advisor, reporter, qos, hooks, server]
+    # The NodeSLO source starts before the QoS manager so its first round already has the persisted spec.
+    components += [advisor, reporter, *slo_source, qos, hooks, server]
     return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos, hooks)
 
 
@@ -213,9 +232,21 @@ def netqos_backends(qos: QoSManagerConfig, informer: StatesInformer) -> Callable
     return backend
 
 
+def companion_client(config: Config) -> CompanionClient | None:
+    """The client of koord-companion when ``companion.address`` is set; it and ``qos.nodesloFile`` are two
+    NodeSLO sources for one holder, so setting both is a configuration error."""
+    companion = config.companion
+    if not companion.address:
+        return None
+    if config.qos.nodeslo_file:
+        raise ConfigError("companion.address and qos.nodesloFile both set: the NodeSLO comes from one of them")
+    token = token_from_file(companion.token_file) if companion.token_file else None
+    return CompanionClient(companion.address, token, config.node_name, ca_file=companion.ca_file or None)
+
+
 def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess, informer: StatesInformer,
-              cache: MetricCache, metrics: KoordletMetrics, effective_gates: Mapping[str, bool]
-              ) -> tuple[ResourceExecutor, QoSManager, AuditLog]:
+              cache: MetricCache, metrics: KoordletMetrics, effective_gates: Mapping[str, bool],
+              companion: bool = False) -> tuple[ResourceExecutor, QoSManager, AuditLog]:
     """The resource executor (the only cgroup writer), the QoS manager with its strategies, and the audit
     log every writer reports to."""
     qos = config.qos
@@ -237,5 +268,5 @@ def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess,
         netqos=netqos_backends(qos, informer),
     )
     holder = NodeSLOHolder()
-    source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file else None
+    source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file and not companion else None
     return executor, QoSManager(options, build_strategies(options), holder, source), audit

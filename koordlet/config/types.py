@@ -274,6 +274,22 @@ class RuntimeHooksConfig:
 
 
 @dataclass(frozen=True)
+class CompanionConfig:
+    """The link to koord-companion (NodeMetric up, NodeSLO down); empty address: no companion (standalone,
+    or a node that takes its NodeSLO from ``qos.nodesloFile``)."""
+
+    address: str = opt("", "koord-companion's gRPC address (host:port, or unix:/path); empty: none",
+                       flag="--companion-address")
+    token_file: str = opt("", "file holding the bearer token the companion expects (re-read at each connect)",
+                          flag="--companion-token-file")
+    ca_file: str = opt("", "CA bundle to verify the companion's TLS certificate; empty: plaintext",
+                       flag="--companion-ca-file")
+    nodeslo_cache: str = opt("", "where the last good NodeSLO from the companion is kept for restarts while "
+                                 "it is away (empty: <stateDir>/nodeslo-companion.json)",
+                             flag="--companion-nodeslo-cache")
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything ``koordlet run`` needs."""
 
@@ -296,6 +312,7 @@ class Config:
     node_metric: NodeMetricConfig = field(default_factory=NodeMetricConfig)
     qos: QoSManagerConfig = field(default_factory=QoSManagerConfig)
     runtime_hooks: RuntimeHooksConfig = field(default_factory=RuntimeHooksConfig)
+    companion: CompanionConfig = field(default_factory=CompanionConfig)
     workloads: tuple[WorkloadConfig, ...] = opt((), "standalone: workloads of this host (name, "
                                                     "cgroupPath or systemdUnit, qosClass, priority)")
     discover_kubepods: bool = opt(True, "standalone: also take pods from a kubepods tree found on the host",

@@ -23,21 +23,25 @@ class ReportNodeMetricResponse(_message.Message):
     def __init__(self, accepted: _Optional[bool] = ..., collect_policy_json: _Optional[bytes] = ...) -> None: ...
 
 class WatchNodeSLORequest(_message.Message):
-    __slots__ = ("node_name", "last_generation")
+    __slots__ = ("node_name", "last_generation", "last_instance")
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     LAST_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    LAST_INSTANCE_FIELD_NUMBER: _ClassVar[int]
     node_name: str
     last_generation: int
-    def __init__(self, node_name: _Optional[str] = ..., last_generation: _Optional[int] = ...) -> None: ...
+    last_instance: str
+    def __init__(self, node_name: _Optional[str] = ..., last_generation: _Optional[int] = ..., last_instance: _Optional[str] = ...) -> None: ...
 
 class NodeSLOUpdate(_message.Message):
-    __slots__ = ("generation", "spec_json", "origin", "rendered_at_unix_ms")
+    __slots__ = ("generation", "spec_json", "origin", "rendered_at_unix_ms", "instance")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     RENDERED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
     generation: int
     spec_json: bytes
     origin: str
     rendered_at_unix_ms: int
-    def __init__(self, generation: _Optional[int] = ..., spec_json: _Optional[bytes] = ..., origin: _Optional[str] = ..., rendered_at_unix_ms: _Optional[int] = ...) -> None: ...
+    instance: str
+    def __init__(self, generation: _Optional[int] = ..., spec_json: _Optional[bytes] = ..., origin: _Optional[str] = ..., rendered_at_unix_ms: _Optional[int] = ..., instance: _Optional[str] = ...) -> None: ...

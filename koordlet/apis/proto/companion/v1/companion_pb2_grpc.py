@@ -58,8 +58,8 @@ class CompanionServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchNodeSLO(self, request, context):
-        """The node's NodeSLO spec: the current one at once when the caller's last_generation differs, then one
-        update per change, until the caller goes away.
+        """The node's NodeSLO spec: the current one at once when the caller's last_generation (or last_instance)
+        differs, then one update per change, until the caller goes away.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

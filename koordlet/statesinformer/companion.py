@@ -1,0 +1,423 @@
+"""The koordlet's side of the companion API: NodeMetric out, NodeSLO in (``koordinator.companion.v1``).
+
+:class:`CompanionClient` holds one gRPC channel to the companion (TCP with optional TLS, or a unix socket) and
+adds the bearer token to every call.  On it run:
+
+- :class:`CompanionNodeMetricSink`, a NodeMetric reporter next to :class:`~.nodemetric.LocalNodeMetricSink`:
+  one ``ReportNodeMetric`` per round, bounded by a timeout so a companion that is away never stalls reporting;
+  the collect policy the companion answers with is handed to a listener (the runner's ``set_policy``).
+- :class:`CompanionNodeSLOSource`, a thread holding a ``WatchNodeSLO`` stream: each update is offered to the
+  NodeSLO holder (a spec the holder rejects leaves the last good one in force), and the last good spec is
+  persisted so that a koordlet restarted while the companion is away starts from it rather than from the
+  defaults.  A broken stream is reopened with exponential backoff (1 s doubling to 30 s, with jitter so a
+  companion restart is not met by every node in the same second); HTTP/2 keepalive notices a dead companion
+  behind a silent connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import grpc
+
+from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
+from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
+from koordlet.errors import ConfigError, KoordletError
+
+log = logging.getLogger(__name__)
+
+REPORT_TIMEOUT_SECONDS: Final = 5.0
+"""Longest a NodeMetric report may hold the reporter thread (the interval is 60 s, floor 30 s)."""
+INITIAL_BACKOFF_SECONDS: Final = 1.0
+MAX_BACKOFF_SECONDS: Final = 30.0
+JITTER: Final = 0.2
+"""Each backoff is scaled by a random factor in [1 - JITTER, 1 + JITTER]."""
+STOP_GRACE_SECONDS: Final = 2.0
+PERSIST_FORMAT: Final = 1
+
+KEEPALIVE_TIME_MS: Final = 30_000
+"""Ping the companion every 30 s even with no call in flight (the watch is idle for hours) ..."""
+KEEPALIVE_TIMEOUT_MS: Final = 10_000
+"""... and treat the connection as dead when a ping is not answered within 10 s: the watch fails with
+UNAVAILABLE and is reopened, instead of waiting forever on a peer that is gone."""
+
+CHANNEL_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    # The channel's own reconnect backoff, kept in line with the watch loop's so the two do not compound.
+    ("grpc.initial_reconnect_backoff_ms", int(INITIAL_BACKOFF_SECONDS * 1000)),
+    ("grpc.min_reconnect_backoff_ms", int(INITIAL_BACKOFF_SECONDS * 1000)),
+    ("grpc.max_reconnect_backoff_ms", int(MAX_BACKOFF_SECONDS * 1000)),
+)
+
+_PERMANENT: Final = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+                               grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED})
+"""Errors a retry in a second will not cure (a wrong token, an old companion): retried at the longest backoff."""
+
+
+class CompanionError(KoordletError, ConnectionError):
+    """A call to the companion failed; the message names the call and the gRPC status."""
+
+
+def _describe(exc: grpc.RpcError) -> str:
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    return f"{code.name if code is not None else 'UNKNOWN'}: {details}"
+
+
+def _code(exc: grpc.RpcError) -> Any:
+    return exc.code() if isinstance(exc, grpc.Call) else None
+
+
+class CompanionClient:
+    """One channel to the companion at ``target`` (``host:port`` or ``unix:/path``) for ``node_name``.
+
+    ``token`` goes in ``authorization: Bearer`` metadata on every call: a string, or a function returning the
+    current one (:func:`token_from_file`, so a rotated token is picked up without a restart); None or an empty
+    token sends none.  ``ca_file`` turns TLS on and names the CA that signed the companion's certificate."""
+
+    def __init__(self, target: str, token: str | Callable[[], str | None] | None, node_name: str,
+                 ca_file: str | None = None) -> None:
+        if not node_name:
+            raise ConfigError("companion: node_name is empty")
+        self.target = target
+        self.node_name = node_name
+        self._token = token
+        if ca_file is not None:
+            try:
+                root = Path(ca_file).read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"companion.caFile: cannot read {ca_file}: {exc.strerror or exc}") from None
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=root),
+                                                options=CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._stub = companion_pb2_grpc.CompanionStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def report(self, status: NodeMetricStatus, timeout_seconds: float = REPORT_TIMEOUT_SECONDS) -> Any:
+        """Sends one status; returns the ``ReportNodeMetricResponse``.  Raises CompanionError."""
+        request = companion_pb2.ReportNodeMetricRequest(
+            node_name=self.node_name, status_json=json.dumps(status.to_json(), separators=(",", ":")).encode(),
+            sent_at_unix_ms=int(time.time() * 1000))
+        try:
+            return self._stub.ReportNodeMetric(request, timeout=timeout_seconds, metadata=self._metadata())
+        except grpc.RpcError as exc:
+            raise CompanionError(f"ReportNodeMetric to {self.target}: {_describe(exc)}") from None
+
+    def watch(self, last_generation: int, last_instance: str = "") -> Any:
+        """Opens ``WatchNodeSLO`` from the generation held and the companion instance it came from.
+
+        The result iterates ``NodeSLOUpdate`` messages (raising ``grpc.RpcError`` when the stream breaks), and
+        ``cancel()`` ends it from another thread."""
+        request = companion_pb2.WatchNodeSLORequest(node_name=self.node_name, last_generation=last_generation,
+                                                    last_instance=last_instance)
+        return self._stub.WatchNodeSLO(request, metadata=self._metadata())
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        token = self._token() if callable(self._token) else self._token
+        return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+def token_from_file(path: str) -> Callable[[], str | None]:
+    """A token provider reading ``path`` (surrounding whitespace stripped) when the file changed since the last
+    call, so a rotated Secret reaches the next call.  An unreadable file gives the last token read (None before
+    one was), logged once per failure streak: the companion then answers UNAUTHENTICATED, which says more."""
+    state: dict[str, Any] = {"stamp": None, "token": None, "failing": False}
+
+    def current() -> str | None:
+        try:
+            st = os.stat(path)
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if stamp != state["stamp"]:
+                state["token"] = Path(path).read_text(encoding="utf-8").strip() or None
+                state["stamp"] = stamp
+            state["failing"] = False
+        except (OSError, UnicodeDecodeError) as exc:
+            if not state["failing"]:
+                log.warning("cannot read the companion token file", extra={"path": path, "error": str(exc)})
+            state["failing"] = True
+        token: str | None = state["token"]
+        return token
+
+    return current
+
+
+# ---------------------------------------------------------------------------------------------- NodeMetric
+
+
+class CompanionNodeMetricSink:
+    """Reports each NodeMetric status to the companion (a :class:`~.nodemetric.NodeMetricReporter`).
+
+    A failure is logged once per streak of failures (and its end once), not every round: a companion that is
+    away for an hour would otherwise log 60 identical warnings per node.  It does not raise either, because the
+    runner logs every raising reporter; :attr:`failures` and :attr:`failing` say how it goes.  A call never
+    holds the reporter longer than ``timeout_seconds``."""
+
+    def __init__(self, client: CompanionClient, timeout_seconds: float = REPORT_TIMEOUT_SECONDS,
+                 on_policy: Callable[[NodeMetricCollectPolicy], None] | None = None) -> None:
+        self._client = client
+        self._timeout = timeout_seconds
+        self.on_policy = on_policy
+        """Receives the collect policy the companion asks for when it changes (the runner's ``set_policy``)."""
+        self._policy_json: bytes = b""
+        self.failing = False
+        self.failures = 0
+        self.reports = 0
+
+    def report(self, status: NodeMetricStatus) -> None:
+        try:
+            response = self._client.report(status, self._timeout)
+        except CompanionError as exc:
+            self.failures += 1
+            if not self.failing:
+                log.warning("NodeMetric not delivered to the companion; retrying every round, logged again "
+                            "when it recovers", extra={"error": str(exc)})
+            self.failing = True
+            return
+        self.reports += 1
+        if self.failing:
+            log.info("NodeMetric delivered to the companion again", extra={"target": self._client.target})
+            self.failing = False
+        if response.collect_policy_json and response.collect_policy_json != self._policy_json:
+            self._policy_json = response.collect_policy_json
+            self._apply_policy(response.collect_policy_json)
+
+    def _apply_policy(self, raw: bytes) -> None:
+        try:
+            policy = NodeMetricCollectPolicy.from_spec({"metricCollectPolicy": json.loads(raw)})
+        except (ValueError, UnicodeDecodeError) as exc:  # ConfigError is a ValueError
+            log.error("companion sent an invalid collect policy; keeping the current one", extra={"error": str(exc)})
+            return
+        if self.on_policy is not None:
+            self.on_policy(policy)
+
+
+# ---------------------------------------------------------------------------------------------- NodeSLO
+
+
+class NodeSLOTarget(Protocol):
+    """What the source needs of :class:`koordlet.qosmanager.nodeslo.NodeSLOHolder`."""
+
+    def offer_spec(self, spec_json: Any, origin: str, where: str = "spec") -> bool:
+        ...
+
+    def reject(self, origin: str, reason: str) -> bool:
+        ...
+
+
+class CompanionNodeSLOSource:
+    """Keeps the holder's NodeSLO in step with the companion over a ``WatchNodeSLO`` stream (a daemon
+    component: :meth:`start`, :meth:`stop`).
+
+    ``persist_path`` holds the last good spec (``{"format", "generation", "instance", "origin", "spec"}``, replaced
+    atomically); :meth:`start` offers it first, so a koordlet restarted while the companion is away runs the
+    spec it ran before instead of the defaults.  A dead or restarting companion changes nothing in the holder:
+    the spec in force stays until the companion sends another one."""
+
+    name: Final = "companion-nodeslo"
+
+    def __init__(self, client: CompanionClient, holder: NodeSLOTarget, persist_path: str | os.PathLike[str], *,
+                 initial_backoff_seconds: float = INITIAL_BACKOFF_SECONDS,
+                 max_backoff_seconds: float = MAX_BACKOFF_SECONDS,
+                 rng: Callable[[], float] = random.random) -> None:
+        self._client = client
+        self._holder = holder
+        self.persist_path = Path(persist_path)
+        self._initial_backoff = initial_backoff_seconds
+        self._max_backoff = max_backoff_seconds
+        self._rng = rng
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._call: Any = None
+        self.last_generation = 0
+        """Generation of the newest update received (accepted or not): sent back when the watch reopens."""
+        self.last_instance = ""
+        """The companion instance ``last_generation`` came from (generations compare only within one)."""
+        self.connected = False
+        """True while a watch stream is established."""
+        self.connects = 0
+        """Streams the companion accepted so far."""
+        self._persisted: tuple[int, str, Any] | None = None
+        self._persist_failing = False
+
+    # ------------------------------------------------------------------------------------- persistence
+
+    def load_persisted(self) -> bool:
+        """Offers the persisted spec to the holder; True when one was found and accepted.  A missing file is
+        normal (first start); an unreadable or malformed one is logged and ignored."""
+        try:
+            document = json.loads(self.persist_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError) as exc:
+            log.warning("persisted NodeSLO unreadable, ignored", extra={"path": str(self.persist_path),
+                                                                      "error": str(exc)})
+            return False
+        if (not isinstance(document, Mapping) or document.get("format") != PERSIST_FORMAT
+                or not isinstance(document.get("generation"), int) or not isinstance(document.get("spec"), Mapping)):
+            log.warning("persisted NodeSLO malformed, ignored", extra={"path": str(self.persist_path)})
+            return False
+        origin = f"companion:{document.get('origin') or self._client.target} (persisted)"
+        if not self._holder.offer_spec(document["spec"], origin):
+            return False
+        self.last_generation = document["generation"]
+        instance = document.get("instance")
+        self.last_instance = instance if isinstance(instance, str) else ""
+        self._persisted = (document["generation"], self.last_instance, document["spec"])
+        log.info("NodeSLO loaded from the persisted copy", extra={"path": str(self.persist_path),
+                                                                   "generation": self.last_generation})
+        return True
+
+    def _persist(self, update: Any, spec: Any) -> None:
+        if self._persisted == (update.generation, update.instance, spec):
+            return
+        data = json.dumps({"format": PERSIST_FORMAT, "generation": update.generation, "instance": update.instance,
+                           "origin": update.origin, "spec": spec}, sort_keys=True).encode() + b"\n"
+        directory = self.persist_path.parent
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.persist_path.name}.", suffix=".tmp", dir=directory)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.persist_path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            _fsync_directory(directory)
+        except OSError as exc:
+            if not self._persist_failing:
+                log.warning("cannot persist NodeSLO; a restart without the companion would use the defaults",
+                            extra={"path": str(self.persist_path), "error": exc.strerror or str(exc)})
+            self._persist_failing = True
+            return
+        self._persist_failing = False
+        self._persisted = (update.generation, update.instance, spec)
+
+    # ------------------------------------------------------------------------------------- updates
+
+    def apply(self, update: Any) -> bool:
+        """Offers one ``NodeSLOUpdate`` to the holder and persists it when accepted; True when accepted."""
+        self.last_generation = update.generation
+        self.last_instance = update.instance
+        origin = f"companion:{update.origin or self._client.target}"
+        try:
+            spec = json.loads(update.spec_json)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return self._holder.reject(origin, f"spec_json: not valid JSON: {exc}")
+        if not self._holder.offer_spec(spec, origin):
+            return False
+        self._persist(update, spec)
+        return True
+
+    # ------------------------------------------------------------------------------------- component
+
+    def start(self, on_failure: Callable[[BaseException], None]) -> None:
+        if self._thread is not None:
+            raise RuntimeError("CompanionNodeSLOSource already started")
+        self.load_persisted()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, args=(on_failure,), name="koordlet-companion-nodeslo",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_seconds: float = STOP_GRACE_SECONDS) -> None:
+        self._stop.set()
+        with self._lock:
+            call = self._call
+        if call is not None:
+            call.cancel()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout_seconds)
+            if thread.is_alive():
+                log.warning("companion NodeSLO watch still busy at stop", extra={"timeout_seconds": timeout_seconds})
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait before reopening after ``attempt`` consecutive failures (1-based)."""
+        base = min(self._initial_backoff * 2.0 ** min(attempt - 1, 32), self._max_backoff)
+        return base * (1 - JITTER + 2 * JITTER * self._rng())
+
+    def _loop(self, on_failure: Callable[[BaseException], None]) -> None:
+        try:
+            attempt = 0
+            while not self._stop.is_set():
+                connected, error = self._watch_once()
+                if self._stop.is_set():
+                    break
+                if connected:  # a stream that worked starts the backoff afresh
+                    attempt = 0
+                if error is None:  # the companion ended the stream cleanly (shutting down): reopen at once
+                    continue
+                attempt += 1
+                code = _code(error)
+                delay = self._max_backoff if code in _PERMANENT else self.backoff(attempt)
+                if attempt == 1 or code in _PERMANENT:
+                    log.warning("NodeSLO watch on the companion failed; keeping the NodeSLO in force",
+                                extra={"target": self._client.target, "error": _describe(error),
+                                       "retry_seconds": round(delay, 1)})
+                else:
+                    log.debug("NodeSLO watch still failing", extra={"attempt": attempt, "error": _describe(error)})
+                self._stop.wait(delay)
+        except BaseException as exc:  # a bug in the loop: the daemon decides
+            on_failure(exc)
+
+    def _watch_once(self) -> tuple[bool, grpc.RpcError | None]:
+        """One stream from open to end: whether the companion accepted it, and the error that ended it (None
+        for a clean end)."""
+        call = self._client.watch(self.last_generation, self.last_instance)
+        with self._lock:
+            self._call = call
+        if self._stop.is_set():  # stop() ran before the call was visible to it
+            call.cancel()
+        connected = False
+        try:
+            # Returns once the companion sent its headers (it does so on accepting the watch) or the call failed.
+            call.initial_metadata()
+            if not call.done():
+                connected = True
+                self.connects += 1
+                self.connected = True
+                log.info("watching NodeSLO on the companion", extra={"target": self._client.target,
+                                                                     "generation": self.last_generation})
+            for update in call:
+                self.apply(update)
+            return connected, None
+        except grpc.RpcError as exc:
+            return connected, exc
+        finally:
+            with self._lock:
+                self._call = None
+            self.connected = False
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
