@@ -72,6 +72,7 @@ setup(
             "pytest-timeout>=2.3.1",
             # The committed protocol stubs are checked against proto/ (tests/unit/apis/test_proto.py).
             "grpcio-tools==1.85.1",
+            "kubernetes-validate>=1.30",
         ],
         "lint": [
             "ruff>=0.5.0",
