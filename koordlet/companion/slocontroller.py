@@ -14,13 +14,21 @@ changed nodes only, so a ConfigMap edit that does not touch a node causes no chu
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from koordlet.apis.sloconfig import ColocationStrategy, render_colocation, render_nodeslo
+from koordlet.apis.nodeslo.fields import member
+from koordlet.apis.sloconfig import (
+    COLOCATION_CONFIG_KEY,
+    ColocationStrategy,
+    default_colocation_strategy,
+    render_colocation,
+    render_nodeslo,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +104,15 @@ class SLOController:
             data = dict(self._good)
         strategy, _ = render_colocation(data, labels)
         return strategy
+
+    def cluster_colocation_enabled(self) -> bool:
+        """``colocation-config``'s cluster-level ``enable`` (a node override cannot switch on what the cluster
+        switched off: Koordinator checks both)."""
+        with self._lock:
+            text = self._good.get(COLOCATION_CONFIG_KEY)
+        if text is None:
+            return bool(default_colocation_strategy().enable)
+        return member(json.loads(text), "enable") is True  # Go's decoder matches "Enable" too
 
     @property
     def errors(self) -> dict[str, str]:

@@ -38,9 +38,13 @@ def test_version(cli: object, prog: str, capsys: pytest.CaptureFixture[str]) -> 
     assert capsys.readouterr().out == f"{prog} {__version__}\n"
 
 
-def test_companion_says_not_available_and_exits_non_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    assert companion_cli.main([]) == 1
-    assert "the controller is not available in this release" in capsys.readouterr().err
+def test_companion_without_kubernetes_or_a_config_file_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert companion_cli.main(["--metrics-addr=", "--grpc-addr=127.0.0.1:0", "--extender-addr=127.0.0.1:0"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot start" in err and "KUBERNETES_SERVICE_HOST" in err
 
 
 def test_proxy_takes_koordinator_flags(capsys: pytest.CaptureFixture[str]) -> None:

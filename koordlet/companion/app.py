@@ -1,0 +1,364 @@
+"""koord-companion assembled: the SLO controller, the batch-resource calculator and the load-aware extender
+around the gRPC API the koordlets talk to.
+
+Where the cluster state comes from:
+
+* Kubernetes (``api_client`` given): Nodes, Pods and the ``slo-controller-config`` ConfigMap are watched;
+  the elected leader writes NodeSLO and NodeMetric objects and the nodes' batch resources.  Every replica
+  serves koordlets and the extender from its own watches, so a standby answers at once when it takes over.
+* a ConfigMap file (``config_file``, no Kubernetes): nodes are the koordlets that connect; batch
+  resources are computed and logged (there is no Node object to write them to).
+
+Writes to kube-apiserver never run on the paths that serve koordlets or kube-scheduler: a change queues
+the node on a writer thread, which coalesces repeated changes of one node into one write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
+from koordlet.apis.pod import pod_from_json
+from koordlet.apis.quantity import int_value, milli_value
+from koordlet.apis.sloconfig import configmap_data_from_yaml
+from koordlet.companion.api import CompanionServer
+from koordlet.companion.batchresource import BatchValues, CPUMemory, NodeInput, PodInput, calculate, needs_update
+from koordlet.companion.extender import LoadAwareArgs, LoadAwareExtender, NodeStore, make_server
+from koordlet.companion.slocontroller import SLOController
+from koordlet.errors import KoordletError
+
+log = logging.getLogger(__name__)
+
+CONFIG_POLL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class CompanionOptions:
+    grpc_addr: str = "0.0.0.0:9320"
+    extender_addr: str = "0.0.0.0:9321"
+    token: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    config_file: str = ""
+    """A ``slo-controller-config`` ConfigMap as YAML, for running without Kubernetes."""
+    scheduler_args: LoadAwareArgs | None = None
+    leader_elect: bool = True
+    lease_namespace: str = "koordinator-system"
+    lease_name: str = "koord-companion"
+    identity: str = ""
+    config_namespace: str = "koordinator-system"
+    config_name: str = "slo-controller-config"
+
+
+@dataclass
+class _NodeState:
+    node: NodeInput | None = None
+    pods: dict[str, PodInput] | None = None
+    metric: NodeMetricStatus | None = None
+    status_json: dict[str, Any] | None = None
+    written: BatchValues | None = None
+    written_at: float | None = None
+
+
+def _split(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host or "0.0.0.0", int(port)
+
+
+def node_input(obj: Mapping[str, Any]) -> NodeInput:
+    """The batch calculation's view of a v1.Node object."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+
+    def pair(resources: Mapping[str, Any] | None) -> CPUMemory:
+        resources = resources or {}
+        return CPUMemory(milli_value(resources.get("cpu", "0")), int_value(resources.get("memory", "0")))
+
+    return NodeInput(name=str(meta.get("name", "")), capacity=pair(status.get("capacity")),
+                     allocatable=pair(status.get("allocatable")), labels=dict(meta.get("labels") or {}),
+                     annotations=dict(meta.get("annotations") or {}))
+
+
+class Companion:
+    def __init__(self, options: CompanionOptions, api_client: Any = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        if api_client is None and not options.config_file:
+            raise KoordletError("koord-companion needs Kubernetes (a kubeconfig or in-cluster) or --config-file")
+        self.options = options
+        self._api = api_client
+        self._clock = clock
+        self.controller = SLOController()
+        self.store = NodeStore(options.scheduler_args)
+        self.extender = LoadAwareExtender(self.store)
+        self.server = CompanionServer(options.grpc_addr, options.token, self._slo_for_node, self._on_metric,
+                                      collect_policy=self._collect_policy, cert_file=options.cert_file,
+                                      key_file=options.key_file)
+        self._lock = threading.Lock()
+        self._nodes: dict[str, _NodeState] = {}
+        self._pending: dict[str, set[str]] = {}
+        """node -> the kinds of writes it waits for ("slo", "batch", "metric")."""
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._http: Any = None
+        self._watchers: list[Any] = []
+        self._elector: Any = None
+        self._leading = api_client is not None and not options.leader_elect
+        self.controller.subscribe(self._slo_changed)
+        self.batch: dict[str, Any] = {}
+        """node -> the last batch calculation (for logs, koordctl and tests)."""
+
+    # --- koordlet-facing -------------------------------------------------------------------------------
+
+    def _slo_for_node(self, node: str) -> tuple[int, dict[str, Any], str] | None:
+        rendered = self.controller.spec_for(node)
+        if rendered is None and self._api is None:
+            # Without Kubernetes a node becomes known when its koordlet asks for its NodeSLO.
+            self.controller.set_node(node, {})
+            rendered = self.controller.spec_for(node)
+        return None if rendered is None else (rendered.generation, rendered.spec, rendered.origin)
+
+    def _collect_policy(self, node: str) -> NodeMetricCollectPolicy | None:
+        strategy = self.controller.colocation_for(node)
+        aggregate, report = strategy.metric_aggregate_duration_seconds, strategy.metric_report_interval_seconds
+        if aggregate is None and report is None:
+            return None
+        return NodeMetricCollectPolicy.from_spec({"metricCollectPolicy": {
+            **({"aggregateDurationSeconds": aggregate} if aggregate is not None else {}),
+            **({"reportIntervalSeconds": report} if report is not None else {})}})
+
+    def _on_metric(self, node: str, status: NodeMetricStatus) -> None:
+        """Called on the API's event loop: in-memory work only; writes are queued."""
+        self.store.update_node_metric(node, status)
+        with self._lock:
+            state = self._nodes.setdefault(node, _NodeState())
+            state.metric = status
+            state.status_json = status.to_json()
+        if self._api is None and self.controller.spec_for(node) is None:
+            self.controller.set_node(node, {})
+        self._queue(node, "batch", "metric")
+
+    def _slo_changed(self, nodes: list[str]) -> None:
+        for node in nodes:
+            self.server.notify(node)
+            self._queue(node, "slo")
+
+    # --- cluster state ---------------------------------------------------------------------------------
+
+    def set_configmap(self, data: Mapping[str, Any] | None, origin: str) -> dict[str, str]:
+        errors = self.controller.set_configmap(dict(data or {}), origin)
+        for node in self.controller.nodes:
+            self._queue(node, "batch")  # colocation-config may have changed
+        return errors
+
+    def set_node(self, obj: Mapping[str, Any]) -> None:
+        node = node_input(obj)
+        self.store.update_node_json(obj)
+        with self._lock:
+            self._nodes.setdefault(node.name, _NodeState()).node = node
+        self.controller.set_node(node.name, node.labels)
+        self._queue(node.name, "batch")
+
+    def remove_node(self, name: str) -> None:
+        self.store.remove_node(name)
+        self.controller.remove_node(name)
+        with self._lock:
+            self._nodes.pop(name, None)
+
+    def set_pod(self, obj: Mapping[str, Any], deleted: bool = False) -> None:
+        try:
+            pod = pod_from_json(obj)
+        except KoordletError as exc:
+            log.warning("pod skipped: %s", exc)
+            return
+        if not pod.node_name:
+            return
+        # The extender estimates pods placed since the node's last report (upstream's assign cache).
+        try:
+            if deleted:
+                self.store.unassign_pod(pod.uid)
+            else:
+                self.store.assign_pod(pod.node_name, obj)
+        except KoordletError as exc:
+            log.warning("pod %s not estimated: %s", pod.key, exc)
+        with self._lock:
+            state = self._nodes.setdefault(pod.node_name, _NodeState())
+            pods = state.pods if state.pods is not None else {}
+            if deleted:
+                pods.pop(pod.uid, None)
+            else:
+                pods[pod.uid] = PodInput.from_pod(pod)
+            state.pods = pods
+
+    # --- batch resources -------------------------------------------------------------------------------
+
+    def compute_batch(self, node: str) -> Any | None:
+        with self._lock:
+            state = self._nodes.get(node)
+            if state is None or state.node is None:
+                return None
+            node_in, pods, metric = state.node, list((state.pods or {}).values()), state.metric
+        strategy = self.controller.colocation_for(node)
+        result = calculate(node_in, pods, metric, strategy, self._clock(),
+                           cluster_enabled=self.controller.cluster_colocation_enabled())
+        self.batch[node] = result
+        return result
+
+    # --- the writer ------------------------------------------------------------------------------------
+
+    def _queue(self, node: str, *kinds: str) -> None:
+        with self._lock:
+            self._pending.setdefault(node, set()).update(kinds)
+        self._wake.set()
+
+    def _writer(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            for node, kinds in sorted(pending.items()):
+                if self._stop.is_set():
+                    return
+                try:
+                    self._write(node, kinds)
+                except Exception as exc:  # one node's failed write must not stop the others; retried later
+                    log.warning("write for node %s failed (%s): %s", node, ",".join(sorted(kinds)), exc)
+                    with self._lock:
+                        self._pending.setdefault(node, set()).update(kinds)
+                    self._stop.wait(1.0)
+                    self._wake.set()
+
+    def _write(self, node: str, kinds: set[str]) -> None:
+        from koordlet.companion import kube  # only with Kubernetes
+
+        if "batch" in kinds:
+            result = self.compute_batch(node)
+            if result is not None and self._leading:
+                with self._lock:
+                    state = self._nodes[node]
+                    old, at = state.written, state.written_at
+                now = self._clock()
+                if old is None or needs_update(old, result, at, now, self.controller.colocation_for(node)):
+                    kube.patch_node_batch_resources(self._api, node, result.batch_cpu_milli,
+                                                    result.batch_memory_bytes)
+                    with self._lock:
+                        state.written, state.written_at = result.values, now
+                    log.info("node %s batch resources: %s", node, result.reason)
+            elif result is not None and self._api is None:
+                log.info("node %s batch resources (not written: no Kubernetes): cpu %s milli, memory %s bytes",
+                         node, result.batch_cpu_milli, result.batch_memory_bytes)
+        if not self._leading:
+            return
+        if "slo" in kinds and (rendered := self.controller.spec_for(node)) is not None:
+            kube.NodeSLOWriter(self._api).apply(node, rendered.spec)
+        if "metric" in kinds:
+            with self._lock:
+                status = self._nodes[node].status_json if node in self._nodes else None
+            if status is not None:
+                policy = self._collect_policy(node)
+                kube.NodeMetricWriter(self._api).apply(node, status, policy.to_json() if policy else None)
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    def _became_leader(self) -> None:
+        self._leading = True
+        log.info("leading: writing NodeSLOs, NodeMetrics and batch resources")
+        for node in self.controller.nodes:
+            self._queue(node, "slo", "batch", "metric")
+
+    def _stopped_leading(self) -> None:
+        self._leading = False
+        log.warning("no longer leading: writes stop, serving goes on")
+
+    def start(self) -> None:
+        self.server.start()
+        host, port = _split(self.options.extender_addr)
+        self._http = make_server(self.extender, host, port)
+        self._spawn("extender-http", self._http.serve_forever)
+        self._spawn("writer", self._writer)
+        if self._api is None:
+            self._spawn("config-file", self._poll_config_file)
+        else:
+            self._start_kube()
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=f"companion-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _start_kube(self) -> None:
+        from kubernetes import client
+
+        from koordlet.companion import kube
+
+        def on_node(event: Any) -> None:
+            if event.type == "DELETED":
+                self.remove_node(event.object["metadata"]["name"])
+            else:
+                self.set_node(event.object)
+
+        def on_pod(event: Any) -> None:
+            self.set_pod(event.object, deleted=event.type == "DELETED")
+
+        def on_configmap(obj: Mapping[str, Any] | None) -> None:
+            rv = (obj or {}).get("metadata", {}).get("resourceVersion", "")
+            self.set_configmap((obj or {}).get("data"), f"configmap@{rv}" if obj else "defaults (no configmap)")
+
+        self._watchers = [
+            kube.ConfigMapWatcher(self._api, on_configmap, namespace=self.options.config_namespace,
+                                  name=self.options.config_name),
+            kube.NodeWatcher(self._api, on_node),
+            kube.ResourceWatcher(client.CoreV1Api(self._api).list_pod_for_all_namespaces, on_pod, name="pods"),
+        ]
+        for watcher in self._watchers:
+            watcher.start()
+        if self.options.leader_elect:
+            identity = self.options.identity or f"{os.uname().nodename}-{os.getpid()}"
+            self._elector = kube.LeaderElector(self._api, self.options.lease_name, self.options.lease_namespace,
+                                               identity, on_started_leading=self._became_leader,
+                                               on_stopped_leading=self._stopped_leading)
+            self._elector.start()
+        else:
+            self._became_leader()
+
+    def _poll_config_file(self) -> None:
+        seen: tuple[float, int, int] | None = None
+        path = self.options.config_file
+        while not self._stop.is_set():
+            try:
+                st = os.stat(path)
+                stamp = (st.st_mtime, st.st_size, st.st_ino)
+                if stamp != seen:
+                    seen = stamp
+                    with open(path, encoding="utf-8") as f:
+                        data = configmap_data_from_yaml(f.read())
+                    self.set_configmap(data, f"file:{path}")
+            except (OSError, KoordletError) as exc:
+                log.error("slo-controller-config file %s unusable, last good kept: %s", path, exc)
+            self._stop.wait(CONFIG_POLL_SECONDS)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._elector is not None:
+            self._elector.stop()
+        for watcher in self._watchers:
+            watcher.stop()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        self.server.stop()
+        for thread in self._threads:
+            thread.join(5.0)
+
+    @property
+    def extender_port(self) -> int:
+        return int(self._http.server_address[1]) if self._http is not None else 0
+
