@@ -1,0 +1,88 @@
+"""The assembled companion without Kubernetes (a ConfigMap file) talking to a koordlet's real client."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordlet.apis.nodemetric import NodeMetricInfo, NodeMetricStatus, ResourceMap
+from koordlet.companion.app import Companion, CompanionOptions
+from koordlet.qosmanager.nodeslo import NodeSLOHolder
+from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
+
+TOKEN = "s3cret-token"
+
+
+def configmap(percent: int, report_seconds: int = 60) -> str:
+    threshold = json.dumps({"clusterStrategy": {"enable": True, "cpuSuppressThresholdPercent": percent}})
+    colocation = json.dumps({"enable": True, "metricReportIntervalSeconds": report_seconds})
+    return f"data:\n  resource-threshold-config: '{threshold}'\n  colocation-config: '{colocation}'\n"
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+    return value
+
+
+def threshold(holder: NodeSLOHolder) -> int | None:
+    spec = holder.current().spec.resource_used_threshold_with_be
+    return None if spec is None else spec.cpu_suppress_threshold_percent
+
+
+@pytest.fixture
+def companion(tmp_path: Path) -> Iterator[tuple[Companion, Path]]:
+    path = tmp_path / "slo-controller-config.yaml"
+    path.write_text(configmap(60))
+    instance = Companion(CompanionOptions(grpc_addr="127.0.0.1:0", extender_addr="127.0.0.1:0", token=TOKEN,
+                                          config_file=str(path)))
+    instance.start()
+    try:
+        yield instance, path
+    finally:
+        instance.stop()
+
+
+def test_a_config_file_edit_reaches_the_koordlet(companion: tuple[Companion, Path], tmp_path: Path) -> None:
+    instance, path = companion
+    holder = NodeSLOHolder()
+    client = CompanionClient(f"127.0.0.1:{instance.server.port}", TOKEN, "node-1")
+    source = CompanionNodeSLOSource(client, holder, tmp_path / "cache.json")
+    source.start(lambda exc: pytest.fail(f"source failed: {exc!r}"))
+    try:
+        wait_until("the first NodeSLO", lambda: threshold(holder) == 60)
+        path.write_text(configmap(70))
+        os.utime(path, (time.time() + 5, time.time() + 5))
+        started = time.monotonic()
+        wait_until("the edited NodeSLO", lambda: threshold(holder) == 70)
+        elapsed = time.monotonic() - started
+        print(f"file edit -> koordlet holder: {elapsed * 1000:.0f} ms (file poll {1.0:g} s + push)")
+        path.write_text("data:\n  resource-threshold-config: '{\"clusterStrategy\": {\"enable\": 7}}'\n")
+        os.utime(path, (time.time() + 10, time.time() + 10))
+        wait_until("the refusal", lambda: "resource-threshold-config" in instance.controller.errors)
+        assert threshold(holder) == 70, "a bad key keeps the last good NodeSLO on the node"
+    finally:
+        source.stop(5)
+
+
+def test_reports_come_back_with_the_collect_policy(companion: tuple[Companion, Path]) -> None:
+    instance, _ = companion
+    client = CompanionClient(f"127.0.0.1:{instance.server.port}", TOKEN, "node-1")
+    policies: list[Any] = []
+    sink = CompanionNodeMetricSink(client, on_policy=policies.append)
+    status = NodeMetricStatus(update_time=time.time(), node_metric=NodeMetricInfo(
+        node_usage=ResourceMap(cpu_milli=1500, memory_bytes=2 << 30)))
+    sink.report(status)
+    assert not sink.failing
+    assert [p.report_interval_seconds for p in policies] == [60]
+    view = instance.store.views(["node-1"])[0]
+    assert view is not None, "the extender learned the node's usage"
+    assert "node-1" in instance.controller.nodes
