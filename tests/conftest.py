@@ -21,6 +21,7 @@ import pytest
 
 pytest_plugins = [
     "tests.fixtures.fakehost", "tests.fixtures.realcgroup", "tests.fixtures.fakekubelet", "tests.fixtures.containerd",
+    "tests.fixtures.fakeapiserver",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

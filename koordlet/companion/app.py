@@ -109,6 +109,8 @@ class Companion:
         self._http: Any = None
         self._watchers: list[Any] = []
         self._elector: Any = None
+        self._slo_writer: Any = None
+        self._metric_writer: Any = None
         self._leading = api_client is not None and not options.leader_elect
         self.controller.subscribe(self._slo_changed)
         self.batch: dict[str, Any] = {}
@@ -257,13 +259,13 @@ class Companion:
         if not self._leading:
             return
         if "slo" in kinds and (rendered := self.controller.spec_for(node)) is not None:
-            kube.NodeSLOWriter(self._api).apply(node, rendered.spec)
+            self._slo_writer.apply(node, rendered.spec)
         if "metric" in kinds:
             with self._lock:
                 status = self._nodes[node].status_json if node in self._nodes else None
             if status is not None:
                 policy = self._collect_policy(node)
-                kube.NodeMetricWriter(self._api).apply(node, status, policy.to_json() if policy else None)
+                self._metric_writer.apply(node, status, policy.to_json() if policy else None)
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -311,6 +313,10 @@ class Companion:
             rv = (obj or {}).get("metadata", {}).get("resourceVersion", "")
             self.set_configmap((obj or {}).get("data"), f"configmap@{rv}" if obj else "defaults (no configmap)")
 
+        # One writer each, kept: they remember what they last wrote, so a server-normalised object is not
+        # rewritten on every change.
+        self._slo_writer = kube.NodeSLOWriter(self._api)
+        self._metric_writer = kube.NodeMetricWriter(self._api)
         self._watchers = [
             kube.ConfigMapWatcher(self._api, on_configmap, namespace=self.options.config_namespace,
                                   name=self.options.config_name),
