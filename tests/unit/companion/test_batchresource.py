@@ -87,8 +87,6 @@ def _load_examples() -> dict[str, Any] | None:
 
 _EXAMPLES = _load_examples()
 _CASE_NAMES = [c["name"] for c in _EXAMPLES["cases"]] if _EXAMPLES else ["<../shared absent>"]
-_OBSERVED = [o["what"][:60] for o in _EXAMPLES["observed_outputs_without_inputs"]] if _EXAMPLES \
-    else ["<../shared absent>"]
 
 
 def _case(shared_dir: Path, name: str) -> Mapping[str, Any]:
@@ -155,11 +153,6 @@ def test_upstream_plugin_cases(shared_dir: Path, name: str) -> None:
     assert result.batch_memory_bytes == expected["kubernetes.io/batch-memory_bytes"]
     assert result.details["cpu_message"] == expected["message_cpu"]
     assert result.details["memory_message"] == expected["message_memory"]
-
-
-@pytest.mark.parametrize("what", _OBSERVED)
-def test_observed_outputs_without_inputs(what: str) -> None:
-    pytest.skip(f"observed output without inputs, nothing to compute: {what}")
 
 
 # ---------------------------------------------------------------------------------------------- policies
