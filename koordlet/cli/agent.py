@@ -26,7 +26,7 @@ from koordlet.metricsadvisor.advisor import MetricsAdvisor
 from koordlet.metricsadvisor.framework import Options
 from koordlet.metricsadvisor.registry import build_collectors
 from koordlet.qosmanager import framework as qos_framework
-from koordlet.qosmanager.evictor import Evictions, build_backend
+from koordlet.qosmanager.evictor import CompanionEvictionAPI, Evictions, build_backend
 from koordlet.qosmanager.manager import QoSManager
 from koordlet.qosmanager.nodeslo import FileNodeSLOSource, NodeSLOHolder
 from koordlet.qosmanager.plugins.coresched.cookies import CookieBook
@@ -167,7 +167,7 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
         companion_sink.on_policy = reporter.set_policy  # the companion's colocation-config decides the policy
     server = MetricsServer(metrics.routes, config.server.addr)
     executor, qos, audit = build_qos(config, state_dir, layout, driver, informer, cache, metrics, effective_gates,
-                                     companion=client is not None)
+                                     companion=client)
     hooks = build_runtime_hooks(config, layout, informer, qos, audit, metrics, effective_gates, probes or {})
     slo_source: list[Component] = []
     if client is not None:
@@ -246,7 +246,7 @@ def companion_client(config: Config) -> CompanionClient | None:
 
 def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess, informer: StatesInformer,
               cache: MetricCache, metrics: KoordletMetrics, effective_gates: Mapping[str, bool],
-              companion: bool = False) -> tuple[ResourceExecutor, QoSManager, AuditLog]:
+              companion: CompanionClient | None = None) -> tuple[ResourceExecutor, QoSManager, AuditLog]:
     """The resource executor (the only cgroup writer), the QoS manager with its strategies, and the audit
     log every writer reports to."""
     qos = config.qos
@@ -255,7 +255,8 @@ def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess,
     executor = ResourceExecutor(layout, time.monotonic, audit, metrics.executor, qos.resource_force_update_seconds)
     coresched = CoreSchedExecutor(native, audit, time.monotonic, metrics.executor)
     evictor_kind = "api" if qos.only_evict_by_api else qos.evictor
-    backend = build_backend(evictor_kind, layout, qos.runtime_endpoint, qos.cri_timeout_seconds)
+    backend = build_backend(evictor_kind, layout, qos.runtime_endpoint, qos.cri_timeout_seconds,
+                            api=CompanionEvictionAPI(companion) if companion is not None else None)
     # Strategies count their evictions in metrics.qos (pod_eviction) with their own reason.
     evictions = Evictions(backend, time.time, audit)
     options = qos_framework.Options(
@@ -268,5 +269,5 @@ def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess,
         netqos=netqos_backends(qos, informer),
     )
     holder = NodeSLOHolder()
-    source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file and not companion else None
+    source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file and companion is None else None
     return executor, QoSManager(options, build_strategies(options), holder, source), audit

@@ -81,6 +81,13 @@ SERVER_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
 )
 
 
+class EvictionRefused(KoordletError, PermissionError):
+    """A koordlet asked to evict a pod that is not on its node."""
+
+
+Evict = Callable[[str, str, str, str, str], str]
+
+
 class CompanionAPIError(KoordletError, RuntimeError):
     """The companion API server could not start (bind, TLS files)."""
 
@@ -107,6 +114,26 @@ class _Servicer(companion_pb2_grpc.CompanionServicer):
             log.warning("NodeMetric consumer failed", extra={"node": request.node_name, "error": str(exc)})
             await context.abort(grpc.StatusCode.INTERNAL, f"NodeMetric not stored: {exc}")
         return companion_pb2.ReportNodeMetricResponse(accepted=True, collect_policy_json=policy_json)
+
+    async def EvictPod(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await self._server.authenticate(context)
+        evict = self._server.evict
+        if evict is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this companion has no Kubernetes to evict through")
+        assert evict is not None  # abort() raised otherwise
+        for field in ("node_name", "namespace", "name"):
+            if not getattr(request, field):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: required")
+        loop = asyncio.get_running_loop()
+        try:
+            # The Eviction API call blocks on kube-apiserver: off the event loop, which serves the watches.
+            result = await loop.run_in_executor(None, evict, request.node_name, request.namespace, request.name,
+                                                request.reason, request.message)
+        except EvictionRefused as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        except KoordletError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"eviction of {request.namespace}/{request.name}: {exc}")
+        return companion_pb2.EvictPodResponse(result=result)
 
     async def WatchNodeSLO(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         await self._server.authenticate(context)
@@ -153,7 +180,8 @@ class CompanionServer:
 
     def __init__(self, bind: str, token: str | None, slo_for_node: SLOForNode, on_metric: MetricConsumer, *,
                  collect_policy: Callable[[str], NodeMetricCollectPolicy | None] | None = None,
-                 cert_file: str | None = None, key_file: str | None = None) -> None:
+                 cert_file: str | None = None, key_file: str | None = None,
+                 evict: Evict | None = None) -> None:
         if (cert_file is None) != (key_file is None):
             raise CompanionAPIError("companion API: TLS needs both cert_file and key_file")
         if token is not None and not token:
@@ -162,6 +190,10 @@ class CompanionServer:
         self.slo_for_node = slo_for_node
         self._on_metric = on_metric
         self._collect_policy = collect_policy
+        self.evict = evict
+        """(node, namespace, name, reason, message) -> "evicted" | "blocked" | "gone"; raises EvictionRefused
+        for a pod of another node, KoordletError when the eviction could not be asked for.  None: no evictions
+        (EvictPod answers UNIMPLEMENTED)."""
         self._expected = (BEARER_PREFIX + token).encode() if token is not None else None
         self._cert_file = cert_file
         self._key_file = key_file

@@ -27,7 +27,7 @@ from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
 from koordlet.apis.pod import pod_from_json
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.apis.sloconfig import configmap_data_from_yaml
-from koordlet.companion.api import CompanionServer
+from koordlet.companion.api import CompanionServer, EvictionRefused
 from koordlet.companion.batchresource import BatchValues, CPUMemory, NodeInput, PodInput, calculate, needs_update
 from koordlet.companion.extender import LoadAwareArgs, LoadAwareExtender, NodeStore, make_server
 from koordlet.companion.slocontroller import SLOController
@@ -98,9 +98,12 @@ class Companion:
         self.extender = LoadAwareExtender(self.store)
         self.server = CompanionServer(options.grpc_addr, options.token, self._slo_for_node, self._on_metric,
                                       collect_policy=self._collect_policy, cert_file=options.cert_file,
-                                      key_file=options.key_file)
+                                      key_file=options.key_file,
+                                      evict=self._evict if api_client is not None else None)
         self._lock = threading.Lock()
         self._nodes: dict[str, _NodeState] = {}
+        self._pod_nodes: dict[tuple[str, str], str] = {}
+        """(namespace, name) -> the node the pod is bound to (from the pod watch)."""
         self._pending: dict[str, set[str]] = {}
         """node -> the kinds of writes it waits for ("slo", "batch", "metric")."""
         self._wake = threading.Event()
@@ -194,9 +197,25 @@ class Companion:
             pods = state.pods if state.pods is not None else {}
             if deleted:
                 pods.pop(pod.uid, None)
+                self._pod_nodes.pop((pod.namespace, pod.name), None)
             else:
                 pods[pod.uid] = PodInput.from_pod(pod)
+                self._pod_nodes[(pod.namespace, pod.name)] = pod.node_name
             state.pods = pods
+
+    def _evict(self, node: str, namespace: str, name: str, reason: str, message: str) -> str:
+        """A koordlet's eviction, through the Eviction API; only for pods bound to that koordlet's node (a
+        compromised node must not evict the cluster's pods)."""
+        from koordlet.companion import kube
+
+        with self._lock:
+            bound = self._pod_nodes.get((namespace, name))
+        if bound != node:
+            raise EvictionRefused(f"pod {namespace}/{name} is not on node {node} (bound to {bound or 'no node'})")
+        log.info("evicting pod %s/%s for node %s: %s: %s", namespace, name, node, reason, message)
+        result = kube.evict_pod(self._api, namespace, name)
+        return {kube.EvictionResult.EVICTED: "evicted", kube.EvictionResult.BLOCKED_BY_PDB: "blocked",
+                kube.EvictionResult.GONE: "gone"}[result]
 
     # --- batch resources -------------------------------------------------------------------------------
 

@@ -110,6 +110,29 @@ class EvictionAPI(Protocol):
         ...
 
 
+class EvictClient(Protocol):
+    """The companion client's eviction call (``koordlet.statesinformer.companion.CompanionClient``)."""
+
+    def evict(self, namespace: str, name: str, reason: str, message: str) -> str:
+        ...
+
+
+class CompanionEvictionAPI:
+    """The Eviction API as the companion carries it out for this node; ``blocked`` (a PodDisruptionBudget)
+    is a failure the strategy retries on a later round, ``gone`` is done."""
+
+    def __init__(self, client: EvictClient) -> None:
+        self._client = client
+
+    def evict(self, namespace: str, name: str, reason: str, message: str) -> None:
+        try:
+            result = self._client.evict(namespace, name, reason, message)
+        except KoordletError as exc:
+            raise EvictionFailed(str(exc)) from None
+        if result == "blocked":
+            raise EvictionFailed(f"eviction of {namespace}/{name} blocked by a PodDisruptionBudget; retried later")
+
+
 class ApiBackend:
     """Evicts through the Kubernetes Eviction API (PodDisruptionBudgets apply)."""
 

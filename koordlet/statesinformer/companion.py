@@ -37,6 +37,7 @@ from koordlet.errors import ConfigError, KoordletError
 log = logging.getLogger(__name__)
 
 REPORT_TIMEOUT_SECONDS: Final = 5.0
+EVICT_TIMEOUT_SECONDS: Final = 10.0
 """Longest a NodeMetric report may hold the reporter thread (the interval is 60 s, floor 30 s)."""
 INITIAL_BACKOFF_SECONDS: Final = 1.0
 MAX_BACKOFF_SECONDS: Final = 30.0
@@ -124,6 +125,18 @@ class CompanionClient:
         request = companion_pb2.WatchNodeSLORequest(node_name=self.node_name, last_generation=last_generation,
                                                     last_instance=last_instance)
         return self._stub.WatchNodeSLO(request, metadata=self._metadata())
+
+    def evict(self, namespace: str, name: str, reason: str, message: str,
+              timeout_seconds: float = EVICT_TIMEOUT_SECONDS) -> str:
+        """Asks the companion to evict a pod of this node through the Eviction API; returns ``evicted``,
+        ``blocked`` or ``gone``.  Raises CompanionError."""
+        request = companion_pb2.EvictPodRequest(node_name=self.node_name, namespace=namespace, name=name,
+                                                reason=reason, message=message)
+        try:
+            response = self._stub.EvictPod(request, timeout=timeout_seconds, metadata=self._metadata())
+        except grpc.RpcError as exc:
+            raise CompanionError(f"EvictPod {namespace}/{name} via {self.target}: {_describe(exc)}") from None
+        return str(response.result)
 
     def close(self) -> None:
         self._channel.close()

@@ -13,6 +13,7 @@ import pytest
 
 from koordlet.apis.nodemetric import NodeMetricInfo, NodeMetricStatus, ResourceMap
 from koordlet.companion.app import Companion, CompanionOptions
+from koordlet.qosmanager.evictor import CompanionEvictionAPI, EvictionFailed
 from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
 
@@ -86,3 +87,10 @@ def test_reports_come_back_with_the_collect_policy(companion: tuple[Companion, P
     view = instance.store.views(["node-1"])[0]
     assert view is not None, "the extender learned the node's usage"
     assert "node-1" in instance.controller.nodes
+
+
+def test_without_kubernetes_evictions_are_refused(companion: tuple[Companion, Path]) -> None:
+    instance, _ = companion
+    api = CompanionEvictionAPI(CompanionClient(f"127.0.0.1:{instance.server.port}", TOKEN, "node-1"))
+    with pytest.raises(EvictionFailed, match=r"UNIMPLEMENTED.*no Kubernetes"):
+        api.evict("default", "web", "BECPUEvict", "test")

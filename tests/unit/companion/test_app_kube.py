@@ -17,6 +17,7 @@ import pytest
 from koordlet.apis.nodemetric import NodeMetricInfo, NodeMetricStatus, PodMetricInfo, ResourceMap
 from koordlet.companion.app import Companion, CompanionOptions
 from koordlet.companion.kube import make_api_client
+from koordlet.qosmanager.evictor import CompanionEvictionAPI, EvictionFailed
 from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
 from tests.fixtures.fakeapiserver import make_configmap, make_node
@@ -192,3 +193,22 @@ def test_a_companion_outage_keeps_the_last_good_nodeslo(cluster: Any, tmp_path: 
     finally:
         source.stop(5)
         companion.stop()
+
+
+def test_koordlet_evictions_go_through_the_eviction_api(cluster: Any, companion: Companion) -> None:
+    other = ls_pod()
+    other["metadata"].update(name="elsewhere", uid="uid-elsewhere")
+    other["spec"]["nodeName"] = "node-2"
+    cluster.seed(other)
+    client = CompanionClient(f"127.0.0.1:{companion.server.port}", None, "node-1")
+    api = CompanionEvictionAPI(client)
+    wait_until("the pods to be known", lambda: companion._pod_nodes.get(("prod", "elsewhere")) == "node-2")
+    with pytest.raises(EvictionFailed, match=r"PERMISSION_DENIED.*not on node node-1"):
+        api.evict("prod", "elsewhere", "BECPUEvict", "a pod of another node")
+    cluster.block_eviction("prod", "web")
+    with pytest.raises(EvictionFailed, match="blocked by a PodDisruptionBudget"):
+        api.evict("prod", "web", "BECPUEvict", "cpu satisfaction 40% < 60%")
+    cluster.block_eviction("prod", "web", blocked=False)
+    api.evict("prod", "web", "BECPUEvict", "cpu satisfaction 40% < 60%")
+    assert [(e["name"], e["blocked"]) for e in cluster.evictions] == [("web", True), ("web", False)]
+    assert cluster.get("pods", "web", namespace="prod") is None

@@ -4,6 +4,26 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class EvictPodRequest(_message.Message):
+    __slots__ = ("node_name", "namespace", "name", "reason", "message")
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    node_name: str
+    namespace: str
+    name: str
+    reason: str
+    message: str
+    def __init__(self, node_name: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class EvictPodResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: str
+    def __init__(self, result: _Optional[str] = ...) -> None: ...
+
 class ReportNodeMetricRequest(_message.Message):
     __slots__ = ("node_name", "status_json", "sent_at_unix_ms")
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]

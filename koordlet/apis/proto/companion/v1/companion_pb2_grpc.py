@@ -44,6 +44,11 @@ class CompanionStub:
                 request_serializer=companion_dot_v1_dot_companion__pb2.WatchNodeSLORequest.SerializeToString,
                 response_deserializer=companion_dot_v1_dot_companion__pb2.NodeSLOUpdate.FromString,
                 _registered_method=True)
+        self.EvictPod = channel.unary_unary(
+                '/koordinator.companion.v1.Companion/EvictPod',
+                request_serializer=companion_dot_v1_dot_companion__pb2.EvictPodRequest.SerializeToString,
+                response_deserializer=companion_dot_v1_dot_companion__pb2.EvictPodResponse.FromString,
+                _registered_method=True)
 
 
 class CompanionServicer:
@@ -65,6 +70,14 @@ class CompanionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EvictPod(self, request, context):
+        """An eviction the koordlet decided (cpuevict, memoryevict), carried out through the Kubernetes Eviction API
+        so PodDisruptionBudgets apply. Only pods bound to node_name may be evicted: PERMISSION_DENIED otherwise.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CompanionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +90,11 @@ def add_CompanionServicer_to_server(servicer, server):
                     servicer.WatchNodeSLO,
                     request_deserializer=companion_dot_v1_dot_companion__pb2.WatchNodeSLORequest.FromString,
                     response_serializer=companion_dot_v1_dot_companion__pb2.NodeSLOUpdate.SerializeToString,
+            ),
+            'EvictPod': grpc.unary_unary_rpc_method_handler(
+                    servicer.EvictPod,
+                    request_deserializer=companion_dot_v1_dot_companion__pb2.EvictPodRequest.FromString,
+                    response_serializer=companion_dot_v1_dot_companion__pb2.EvictPodResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -133,6 +151,33 @@ class Companion:
             '/koordinator.companion.v1.Companion/WatchNodeSLO',
             companion_dot_v1_dot_companion__pb2.WatchNodeSLORequest.SerializeToString,
             companion_dot_v1_dot_companion__pb2.NodeSLOUpdate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EvictPod(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/koordinator.companion.v1.Companion/EvictPod',
+            companion_dot_v1_dot_companion__pb2.EvictPodRequest.SerializeToString,
+            companion_dot_v1_dot_companion__pb2.EvictPodResponse.FromString,
             options,
             channel_credentials,
             insecure,
