@@ -1,0 +1,86 @@
+"""The assembled koordlet linked to a companion: its QoS manager runs the companion's NodeSLO, its NodeMetric
+reports reach the companion, and a restart while the companion is away keeps the persisted NodeSLO."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordlet.cli.agent import build_agent
+from koordlet.companion.app import Companion, CompanionOptions
+from koordlet.config import load
+from koordlet.errors import ConfigError
+from koordlet.statesinformer.nodemetric import NodeMetricRunner
+from koordlet.system.hostpaths import HostPaths
+from koordlet.system.node import read_node_info
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return value
+
+
+def config(tmp_path: Path, port: int, extra: str = "") -> Path:
+    path = tmp_path / "koordlet.yaml"
+    path.write_text(f"standalone: true\nstateDir: {tmp_path / 'state'}\nnodeName: node-link\n"
+                    f"server: {{addr: '127.0.0.1:0'}}\ndiscoverKubepods: false\n"
+                    "runtimeHooks: {enableServer: false, enableNri: false}\n"
+                    f"companion: {{address: '127.0.0.1:{port}'}}\n" + extra)
+    return path
+
+
+def start(path: Path, tmp_path: Path) -> Any:
+    agent = build_agent(load(path), tmp_path / "state", read_node_info(HostPaths()))
+    for component in agent.components:
+        component.start(lambda exc: pytest.fail(f"component failed: {exc!r}"))
+    return agent
+
+
+def stop(agent: Any) -> None:
+    for component in reversed(agent.components):
+        component.stop(10)
+
+
+def suppress_threshold(agent: Any) -> int | None:
+    spec = agent.qos.holder.current().spec.resource_used_threshold_with_be
+    return None if spec is None else spec.cpu_suppress_threshold_percent
+
+
+def test_the_koordlet_runs_the_companions_nodeslo_and_reports_to_it(tmp_path: Path) -> None:
+    slo = tmp_path / "slo-controller-config.yaml"
+    threshold = json.dumps({"clusterStrategy": {"enable": True, "cpuSuppressThresholdPercent": 55}})
+    slo.write_text(f"data:\n  resource-threshold-config: '{threshold}'\n")
+    companion = Companion(CompanionOptions(grpc_addr="127.0.0.1:0", extender_addr="127.0.0.1:0",
+                                           config_file=str(slo)))
+    companion.start()
+    port = companion.server.port
+    agent = start(config(tmp_path, port), tmp_path)
+    try:
+        wait_until("the companion's NodeSLO in the QoS manager", lambda: suppress_threshold(agent) == 55)
+        reporter = next(c for c in agent.components if isinstance(c, NodeMetricRunner))
+        reporter.run_once()  # the next scheduled report is a minute away
+        wait_until("a NodeMetric report at the companion", lambda: companion.store.views(["node-link"])[0])
+    finally:
+        stop(agent)
+        companion.stop()
+    # Restarted while the companion is away: the persisted NodeSLO is in force before any QoS round.
+    agent = start(config(tmp_path, port), tmp_path)
+    try:
+        assert suppress_threshold(agent) == 55
+        assert "persisted" in agent.qos.holder.current().origin
+    finally:
+        stop(agent)
+
+
+def test_companion_and_a_nodeslo_file_are_one_source_too_many(tmp_path: Path) -> None:
+    path = config(tmp_path, 1, extra=f"qos: {{nodesloFile: {tmp_path / 'nodeslo.yaml'}}}\n")
+    with pytest.raises(ConfigError, match=r"companion\.address and qos\.nodesloFile"):
+        build_agent(load(path), tmp_path / "state", read_node_info(HostPaths()))
