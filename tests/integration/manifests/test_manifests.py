@@ -472,7 +472,7 @@ def test_scheduler_extender_points_at_the_companion(objects: dict[tuple[str, str
     assert url.port == port["port"]
     assert url.scheme == "http" and extender.get("enableHTTPS", False) is False
     assert extender["ignorable"] is True
-    assert extender["nodeCacheCapable"] is False
+    assert extender["nodeCacheCapable"] is True  # the companion's NodeStore follows the Node watch
     assert extender["weight"] > 0
 
 
