@@ -23,11 +23,18 @@ from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
 
 # kubelet's CRI client limit (k8s.io/kubernetes pkg/kubelet/cri/remote maxMsgSize), both directions.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+# gRPC's default reconnect backoff grows to 120 s: after a containerd restart the proxy would fail kubelet's
+# calls for up to two minutes.  A local socket is cheap to retry, so the backoff stays short.
+RECONNECT_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 )
-SERVER_OPTIONS = CHANNEL_OPTIONS
+CHANNEL_OPTIONS = SERVER_OPTIONS + RECONNECT_OPTIONS
 SOCKET_MODE = 0o660
 DEFAULT_MAX_WORKERS = 32
 

@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from koordlet.apis.proto.runtime.v1alpha1 import api_pb2_grpc
+from runtimeproxy.backend import RECONNECT_OPTIONS
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 
@@ -46,7 +47,9 @@ class HookClient:
         with self._lock:
             found = self._stubs.get(endpoint)
             if found is None:
-                channel = grpc.insecure_channel(target(endpoint))
+                # Short reconnect backoff: a restarted koordlet is called again within a second, not after
+                # gRPC's default of up to 120 s during which every hook would fail.
+                channel = grpc.insecure_channel(target(endpoint), options=RECONNECT_OPTIONS)
                 found = (channel, api_pb2_grpc.RuntimeHookServiceStub(channel))  # type: ignore[no-untyped-call]
                 self._stubs[endpoint] = found
             return found[1]

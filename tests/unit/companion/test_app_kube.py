@@ -188,7 +188,8 @@ def test_a_companion_outage_keeps_the_last_good_nodeslo(cluster: Any, tmp_path: 
         companion = Companion(CompanionOptions(grpc_addr=f"127.0.0.1:{port}", extender_addr="127.0.0.1:0",
                                                leader_elect=False), api)
         companion.start()
-        wait_until("the catch-up", lambda: threshold(holder) == 75)
+        # Bounded by the client channel's reconnect backoff (30 s at most), which grows during a long outage.
+        wait_until("the catch-up", lambda: threshold(holder) == 75, timeout=45)
         assert holder.current().generation == generation + 1, "one change, no flapping"
     finally:
         source.stop(5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -337,3 +338,29 @@ def test_check_resources_accepts_what_kubelet_sends() -> None:
     assert check_resources(hook.LinuxContainerResources(
         cpu_period=100000, cpu_quota=-1, cpu_shares=2, memory_limit_in_bytes=1 << 30, oom_score_adj=-997,
         cpuset_cpus="0-3,6", cpuset_mems="0")) is None
+
+
+def test_a_restarted_hook_server_is_called_again_within_a_second(env: Env, tmp_path: Path) -> None:
+    # gRPC's default reconnect backoff would keep failing calls for up to two minutes after an outage.
+    socket = str(tmp_path / "late.sock")
+    interceptor = env.interceptor("Ignore", endpoint=socket)
+    env.script.answers["PreCreateContainerHook"] = batch_answer
+    # A 10 s outage: gRPC's default backoff (1 s, x1.6) would not try again until ~16 s, 6 s after the return.
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        env.call(interceptor, "CreateContainer", create_request("sb-x"))
+        time.sleep(0.05)
+    assert env.script.calls == []
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    hook_grpc.add_RuntimeHookServiceServicer_to_server(ScriptedServicer(env.script), server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"unix:{socket}")
+    server.start()
+    try:
+        back = time.monotonic()
+        while not env.script.calls:
+            assert time.monotonic() - back < 3.0, "the hook server was not called again within 3 s"
+            env.call(interceptor, "CreateContainer", create_request("sb-x"))
+            time.sleep(0.05)
+        print(f"hook server back -> first hooked call: {(time.monotonic() - back) * 1000:.0f} ms")
+    finally:
+        server.stop(None)
