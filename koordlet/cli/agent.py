@@ -1,11 +1,14 @@
 """Builds the daemon's components from the configuration, in Koordinator's start order:
-metriccache -> statesinformer (+ kubelet pods) -> metricsadvisor -> nodemetric -> qosmanager -> metrics server."""
+metriccache -> statesinformer (+ kubelet pods) -> metricsadvisor -> nodemetric -> qosmanager -> metrics server,
+then the debug API (started last, stopped first: it reads every other part)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from koordlet.apis.nodemetric import NodeMetricCollectPolicy
 from koordlet.cli.daemon import Component
 from koordlet.config import gates
 from koordlet.config.types import Config, QoSManagerConfig, split_list
+from koordlet.debugapi.server import DebugServer, DebugSources, HostCgroups
 from koordlet.errors import ConfigError
 from koordlet.metriccache import CacheSettings, MetricCache, names
 from koordlet.metriccache.component import MetricCacheComponent
@@ -42,7 +46,7 @@ from koordlet.resourceexecutor.terway import TerwayNetQoS
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.component import RuntimeHooks
 from koordlet.runtimehooks.deps import HookDeps
-from koordlet.runtimehooks.framework import HookRunner, Stage, failure_policy
+from koordlet.runtimehooks.framework import HookCallRecorder, HookRunner, Stage, failure_policy
 from koordlet.runtimehooks.hooks import build_hooks
 from koordlet.statesinformer.companion import (
     CompanionClient,
@@ -60,6 +64,8 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import DriverGuess, detect_driver
 from koordlet.system.layout import detect_layout
 from koordlet.system.node import NodeInfo
+from koordlet.system.probes import ProbeResult
+from koordlet.version import __version__
 
 log = logging.getLogger("koordlet")
 PODS_PATH = "/pods/"
@@ -126,12 +132,16 @@ class Agent:
     executor: ResourceExecutor
     qos: QoSManager
     hooks: RuntimeHooks
+    debug: DebugServer | None = None
+    """The debug API (None when ``server.debugSocket`` is empty)."""
 
 
-def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping[str, bool] | None = None
-                ) -> Agent:
+def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping[str, bool] | None = None,
+                probe_results: Sequence[ProbeResult] = ()) -> Agent:
     """``probes``: host capabilities by probe name (``koordlet.system.probes``); None: treat every optional
-    kernel feature as absent."""
+    kernel feature as absent.  ``probe_results``: the same probes with their reasons, for the debug API
+    (without them it lists ``probes`` with empty reasons)."""
+    started_at = time.time()
     paths = host_paths(config)
     layout = detect_layout(paths)
     driver = detect_driver(layout, config.host.cgroup_kube_parent)
@@ -191,7 +201,46 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
         components += [source, config_sync]
     # The NodeSLO source starts before the QoS manager so its first round already has the persisted spec.
     components += [advisor, reporter, *slo_source, qos, hooks, server]
-    return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos, hooks)
+    debug: DebugServer | None = None
+    if config.server.debug_socket:
+        results = list(probe_results) or [ProbeResult(name, supported, "")
+                                          for name, supported in sorted((probes or {}).items())]
+        companion_status = None
+        if client is not None and companion_sink is not None:
+            companion_status = companion_status_of(config.companion.address, slo_source[0], companion_sink)
+        sources = DebugSources(
+            version=__version__, node=config.node_name, mode="standalone" if config.standalone else "kubernetes",
+            started_at=started_at, components=lambda: [(c.name, component_running(c)) for c in components],
+            feature_gates=dict(effective_gates), probes=lambda: results,
+            companion=companion_status or (lambda: None), pods=informer.pods,
+            cgroups=HostCgroups(layout, executor.last_written), mean=cache.mean, slo=qos.holder.current,
+            strategies=lambda: qos.strategy_objects, decisions=qos.options.decisions, hook_names=hooks.runner.names,
+            hook_calls=hooks.runner.recorder.recent if hooks.runner.recorder is not None else (lambda _n: []),
+            evictions=qos.options.evictor.recent, pid=os.getpid())
+        debug = DebugServer(config.server.debug_socket, sources)
+        components.append(debug)
+    return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos, hooks, debug)
+
+
+def component_running(component: Component) -> bool:
+    """A component's own ``running`` flag when it has one, else whether its worker thread is alive, else
+    True (it started: the debug API starts after every other component)."""
+    running = getattr(component, "running", None)
+    if isinstance(running, bool):
+        return running
+    thread = getattr(component, "_thread", None)
+    if isinstance(thread, threading.Thread):
+        return thread.is_alive()
+    return True
+
+
+def companion_status_of(address: str, source: Component, sink: CompanionNodeMetricSink
+                        ) -> Callable[[], dict[str, object]]:
+    def status() -> dict[str, object]:
+        return {"address": address, "nodeslo_connected": bool(getattr(source, "connected", False)),
+                "reports_failing": bool(sink.failing)}
+
+    return status
 
 
 def build_runtime_hooks(config: Config, layout: Any, informer: StatesInformer, qos: QoSManager,
@@ -204,7 +253,8 @@ def build_runtime_hooks(config: Config, layout: Any, informer: StatesInformer, q
                     resctrl=options.resctrl)
     hooks_config = config.runtime_hooks
     runner = HookRunner(build_hooks(deps), failure_policy(hooks_config.plugin_failure_policy),
-                        metrics.runtime_hooks, disabled=[Stage(s) for s in split_list(hooks_config.disable_stages)])
+                        metrics.runtime_hooks, disabled=[Stage(s) for s in split_list(hooks_config.disable_stages)],
+                        recorder=HookCallRecorder())
     applier = Applier(options.executor.apply)
     oom_score = oomscore.for_cgroups(lambda rel_dir: options.reader.read("cgroup_procs", rel_dir),
                                      oomscore.OomScoreWriter(layout.paths.proc_root, audit))

@@ -30,6 +30,7 @@ from koordlet.version import __version__
 
 if TYPE_CHECKING:
     from koordlet.system.node import NodeInfo
+    from koordlet.system.probes import ProbeResult
 
 log = logging.getLogger("koordlet")
 
@@ -77,7 +78,7 @@ def node_info_fields(info: NodeInfo) -> dict[str, Any]:
     }
 
 
-def report_host(config: Config) -> tuple[NodeInfo, dict[str, bool]]:
+def report_host(config: Config) -> tuple[NodeInfo, list[ProbeResult]]:
     """Logs what this host offers, read through the C core, and returns the node's facts and which
     capabilities the probes found (probe name -> supported).
 
@@ -120,7 +121,7 @@ def report_host(config: Config) -> tuple[NodeInfo, dict[str, bool]]:
         )
     supported = sum(1 for p in probes if p.supported)
     log.info("host capabilities probed", extra={"supported": supported, "unsupported": len(probes) - supported})
-    return node, {p.name: bool(p.supported) for p in probes}
+    return node, probes
 
 
 def run(config: Config, config_file: Path | None) -> int:
@@ -148,7 +149,7 @@ def run(config: Config, config_file: Path | None) -> int:
         node, probes = report_host(config)
         from koordlet.cli.agent import build_agent
 
-        agent = build_agent(config, state_dir, node, probes)
+        agent = build_agent(config, state_dir, node, {p.name: bool(p.supported) for p in probes}, probes)
     except NativeBuildMismatch as exc:
         log.error("C core unavailable", extra={"error": str(exc)})
         return EXIT_FAILURE

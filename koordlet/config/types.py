@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from koordlet.debugapi.contract import DEFAULT_SOCKET as DEFAULT_DEBUG_SOCKET
+
 Check = Callable[[Any], str | None]
 
 
@@ -44,6 +46,18 @@ def one_of(*choices: str) -> Check:
     def check(value: Any) -> str | None:
         return None if value in choices else f"must be one of {', '.join(choices)}, got {value!r}"
     return check
+
+
+def unix_socket(value: Any) -> str | None:
+    text = str(value)
+    if not text:
+        return None
+    if not text.startswith("/"):
+        return f"must be an absolute path (or empty: off), got {text!r}"
+    # sockaddr_un.sun_path holds 108 bytes, the terminating NUL included (unix(7)).
+    if len(os.fsencode(text)) > 107:
+        return f"must be at most 107 bytes long (unix(7) sun_path), got {len(os.fsencode(text))}"
+    return None
 
 
 def listen_addr(value: Any) -> str | None:
@@ -94,6 +108,8 @@ class NodeConfig:
 class ServerConfig:
     addr: str = opt(":9316", "listen address of the Prometheus endpoint (/metrics)", flag="--addr",
                     check=listen_addr)
+    debug_socket: str = opt(DEFAULT_DEBUG_SOCKET, "unix socket of the local debug API koordctl reads (mode 0600, "
+                                                  "root only); empty: off", flag="--debug-socket", check=unix_socket)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ another pod for the same shortage (Koordinator PR #3137).
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import os
@@ -16,7 +17,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.resourceexecutor.audit import AuditEntry, Auditor
@@ -24,6 +25,9 @@ from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.layout import CgroupLayout
 
 log = logging.getLogger(__name__)
+
+EVICTION_HISTORY = 256
+"""Eviction attempts kept in memory for the debug API (``/v1/evictions``)."""
 
 PENDING_TIMEOUT_SECONDS = 300.0
 """A pod still listed this long after its eviction was launched no longer counts as pending (its
@@ -153,12 +157,30 @@ class Pending:
     at: float
 
 
+@dataclass(frozen=True)
+class EvictionAttempt:
+    """One eviction launched or failed; ``outcome`` is ``evicted``, ``dry-run`` or ``failed`` (the error
+    is then appended to ``message``)."""
+
+    at: float
+    pod: str
+    reason: str
+    message: str
+    outcome: str
+    backend: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "pod": self.pod, "reason": self.reason, "message": self.message,
+                "outcome": self.outcome, "backend": self.backend}
+
+
 class Evictions:
-    """The eviction front strategies use: backend, audit, metrics and pending bookkeeping."""
+    """The eviction front strategies use: backend, audit, metrics and pending bookkeeping, and the
+    recent attempts (:meth:`recent`)."""
 
     def __init__(self, backend: Backend, clock: Callable[[], float], audit: Auditor | None = None,
                  on_evicted: Callable[[str, PodMeta], None] | None = None,
-                 pending_timeout_seconds: float = PENDING_TIMEOUT_SECONDS) -> None:
+                 pending_timeout_seconds: float = PENDING_TIMEOUT_SECONDS, history: int = EVICTION_HISTORY) -> None:
         self.backend = backend
         self._clock = clock
         self._audit = audit
@@ -166,6 +188,7 @@ class Evictions:
         self._timeout = pending_timeout_seconds
         self._lock = threading.Lock()
         self._pending: dict[str, Pending] = {}
+        self._recent: collections.deque[EvictionAttempt] = collections.deque(maxlen=history)
 
     def evict(self, pod: PodMeta, reason: str, message: str) -> bool:
         """Launches the eviction of ``pod``; False (logged, audited) when the backend failed.  A pod
@@ -187,6 +210,10 @@ class Evictions:
         return True
 
     def _record(self, pod: PodMeta, reason: str, message: str, outcome: str, error: str | None) -> None:
+        shown = message if error is None else f"{message}; failed: {error}"
+        attempt = EvictionAttempt(self._clock(), pod.pod.key, reason, shown, outcome, self.backend.name)
+        with self._lock:
+            self._recent.append(attempt)
         if self._audit is not None:
             self._audit.record(AuditEntry(path=pod.cgroup_dir, resource="eviction", old=None,
                                           new=f"{pod.pod.key} {reason}: {message}",
@@ -201,6 +228,12 @@ class Evictions:
             for uid in [u for u, p in self._pending.items() if u not in present or now - p.at > self._timeout]:
                 del self._pending[uid]
             return set(self._pending)
+
+    def recent(self, limit: int) -> list[EvictionAttempt]:
+        """The newest ``limit`` attempts, oldest first."""
+        with self._lock:
+            attempts = list(self._recent)
+        return attempts[-limit:] if limit > 0 else []
 
     def pending_list(self) -> list[Pending]:
         with self._lock:

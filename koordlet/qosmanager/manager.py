@@ -45,6 +45,11 @@ class QoSManager:
     def strategies(self) -> list[str]:
         return [slot.strategy.name for slot in self._slots]
 
+    @property
+    def strategy_objects(self) -> list[Strategy]:
+        """The strategies themselves, in run order (the debug API asks each for enabled() and interval())."""
+        return [slot.strategy for slot in self._slots]
+
     def run_once(self, force: bool = False) -> float:
         """Runs every due strategy (all when ``force``); returns seconds until the next is due."""
         if self.source is not None:

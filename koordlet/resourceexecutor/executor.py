@@ -196,6 +196,13 @@ class ResourceExecutor:
                 result = replace(result, outcome=Outcome.WRITTEN)
             results[p.position] = result
 
+    def last_written(self, path: str) -> str | None:
+        """The text this executor last wrote to ``path`` and still remembers (within the force-update
+        window), or None; what the debug API shows as the desired value."""
+        with self._lock:
+            written = self._cache.get(path)
+        return written.text if written is not None else None
+
     def forget(self, path: str | None = None) -> None:
         """Drops what the executor remembers (last written values, refused values) for ``path`` and the
         files below it, or for everything; the next apply writes again.  For callers that know a file

@@ -12,13 +12,15 @@ next hook; ``Fail`` stops the stage at the first error, which the transport repo
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from koordlet.apis.extension import QoSClass, pod_qos
 from koordlet.apis.pod import Container, Pod
@@ -198,13 +200,70 @@ class StageResult:
     ran: list[str] = field(default_factory=list)
 
 
+HOOK_CALL_HISTORY = 512
+"""Hook calls kept for the debug API (``/v1/hooks``)."""
+RECONCILER = "reconciler"
+"""The transport name of the reconciler, whose calls are recorded only when they changed or failed."""
+
+
+@dataclass(frozen=True)
+class HookCall:
+    """One stage run as the debug API shows it; ``adjustment`` is flat: ``field``, ``map.key`` and
+    ``cgroup.resource`` (the owner keys) -> value."""
+
+    at: float
+    stage: str
+    pod: str
+    container: str
+    transport: str
+    duration_ms: float
+    ok: bool
+    errors: tuple[str, ...]
+    adjustment: Mapping[str, object]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "stage": self.stage, "pod": self.pod, "container": self.container,
+                "transport": self.transport, "duration_ms": self.duration_ms, "ok": self.ok,
+                "errors": list(self.errors), "adjustment": dict(self.adjustment)}
+
+
+def flat_adjustment(adjustment: Adjustment) -> dict[str, object]:
+    flat: dict[str, object] = dict(adjustment.values)
+    for name, entries in adjustment.maps.items():
+        flat.update((f"{name}.{key}", value) for key, value in entries.items())
+    flat.update((WRITE_PREFIX + resource, value) for resource, value in adjustment.writes.items())
+    return flat
+
+
+class HookCallRecorder:
+    """The last ``size`` hook calls, oldest first (thread-safe: the transports run in their own threads)."""
+
+    def __init__(self, size: int = HOOK_CALL_HISTORY, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        """Wall clock stamping :attr:`HookCall.at`."""
+        self._lock = threading.Lock()
+        self._calls: collections.deque[HookCall] = collections.deque(maxlen=size)
+
+    def record(self, call: HookCall) -> None:
+        with self._lock:
+            self._calls.append(call)
+
+    def recent(self, limit: int) -> list[HookCall]:
+        """The newest ``limit`` calls, oldest first."""
+        with self._lock:
+            calls = list(self._calls)
+        return calls[-limit:] if limit > 0 else []
+
+
 class HookRunner:
     """Runs the hooks of a stage in name order under a failure policy; ``disabled`` stages run nothing
-    (Koordinator ``--runtime-hooks-disable-stages``)."""
+    (Koordinator ``--runtime-hooks-disable-stages``).  ``recorder`` keeps the recent calls for the debug
+    API."""
 
     def __init__(self, hooks: Iterable[Hook], policy: FailurePolicy = FailurePolicy.IGNORE,
                  metrics: HookMetricsSink | None = None, disabled: Iterable[Stage] = (),
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, recorder: HookCallRecorder | None = None
+                 ) -> None:
         ordered = sorted(hooks, key=lambda h: h.name)
         names = [h.name for h in ordered]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -215,15 +274,31 @@ class HookRunner:
         self._metrics: HookMetricsSink = metrics or NullHookMetrics()
         self._disabled = frozenset(disabled)
         self._clock = clock
+        self.recorder = recorder
         self._by_stage: Mapping[Stage, tuple[Hook, ...]] = {
             stage: tuple(h for h in ordered if stage in h.stages) for stage in Stage}
 
     def hooks(self, stage: Stage) -> tuple[Hook, ...]:
         return () if stage in self._disabled else self._by_stage[stage]
 
-    def run(self, request: HookRequest, *, log_errors: bool = True) -> StageResult:
+    def run(self, request: HookRequest, *, log_errors: bool = True, transport: str = "") -> StageResult:
         """``log_errors`` False: the caller reports the errors itself (the reconciler logs once per
-        failure streak, not every round)."""
+        failure streak, not every round).  ``transport`` (``nri``, ``hookserver``, ``reconciler``) names the
+        caller in the recorded call; the reconciler's calls are recorded only when they set something or
+        failed, so its rounds over every pod do not flush the history."""
+        began = self._clock()
+        result = self._run(request, log_errors)
+        recorder = self.recorder
+        if recorder is not None and (transport != RECONCILER or result.errors or not result.adjustment.empty()):
+            seconds = self._clock() - began
+            recorder.record(HookCall(
+                at=recorder.clock(), stage=request.stage.value, pod=request.pod.key,
+                container=request.container.name if request.container is not None else "", transport=transport,
+                duration_ms=round(seconds * 1000, 3), ok=not result.errors, errors=tuple(result.errors),
+                adjustment=flat_adjustment(result.adjustment)))
+        return result
+
+    def _run(self, request: HookRequest, log_errors: bool) -> StageResult:
         result = StageResult(Adjustment())
         for hook in self.hooks(request.stage):
             ctx = HookContext(request, hook.name)

@@ -122,7 +122,7 @@ class Reconciler:
     def _run(self, request: HookRequest, rel_dir: str, level: str) -> list[str]:
         if not self._runner.hooks(request.stage):
             return []
-        result = self._runner.run(request, log_errors=False)
+        result = self._runner.run(request, log_errors=False, transport="reconciler")
         if result.failed:
             return result.errors
         started = self._clock()

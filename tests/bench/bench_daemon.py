@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         config.write_text(json.dumps({
             "stateDir": str(workdir / "state"),
             "logFormat": "json",
-            "server": {"addr": "127.0.0.1:0"},
+            "server": {"addr": "127.0.0.1:0", "debugSocket": ""},
             "host": {"cgroupKubeParent": prefix},
             "collector": {"resUsedIntervalSeconds": 1, "psiIntervalSeconds": 10, "cpiIntervalSeconds": 60,
                           **({"memoryIntervalSeconds": args.memory_interval} if args.memory_interval else {})},

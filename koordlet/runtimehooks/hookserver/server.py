@@ -55,7 +55,7 @@ class _Servicer(api_pb2_grpc.RuntimeHookServiceServicer):
             hook_request = to_hook(stage, request)
         except Exception as exc:  # garbage the proto decoder accepted (e.g. a zero period): tell the proxy
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{rpc}: {exc}")
-        result = self._runner.run(hook_request)
+        result = self._runner.run(hook_request, transport="hookserver")
         if result.failed:
             context.abort(grpc.StatusCode.INTERNAL, f"{rpc}: " + "; ".join(result.errors))
         if self._applier is not None and result.adjustment.writes:

@@ -214,7 +214,7 @@ class NriPlugin:
         return api_pb2.Empty()
 
     def _run(self, request: HookRequest) -> StageResult:
-        result = self.runner.run(request)
+        result = self.runner.run(request, transport="nri")
         if result.failed:
             self.stats.errors += 1
             raise TtrpcError(INTERNAL, "; ".join(result.errors))

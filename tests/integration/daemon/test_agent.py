@@ -24,7 +24,8 @@ from tests.fixtures.fakekubelet import Fault, make_pod
 
 def start(tmp_path: Path) -> Any:
     config_file = tmp_path / "koordlet.yaml"
-    config_file.write_text(f"standalone: true\nstateDir: {tmp_path / 'state'}\nserver: {{addr: '127.0.0.1:0'}}\n"
+    config_file.write_text(f"standalone: true\nstateDir: {tmp_path / 'state'}\n"
+                           "server: {addr: '127.0.0.1:0', debugSocket: ''}\n"
                            "runtimeHooks: {enableServer: false, enableNri: false}\n"
                            "discoverKubepods: false\n")
     agent = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))

@@ -31,7 +31,7 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float = 15.0) -> An
 def config(tmp_path: Path, port: int, extra: str = "") -> Path:
     path = tmp_path / "koordlet.yaml"
     path.write_text(f"standalone: true\nstateDir: {tmp_path / 'state'}\nnodeName: node-link\n"
-                    f"server: {{addr: '127.0.0.1:0'}}\ndiscoverKubepods: false\n"
+                    f"server: {{addr: '127.0.0.1:0', debugSocket: ''}}\ndiscoverKubepods: false\n"
                     "runtimeHooks: {enableServer: false, enableNri: false}\n"
                     f"companion: {{address: '127.0.0.1:{port}'}}\n" + extra)
     return path

@@ -46,7 +46,7 @@ def test_local_nodeslo_drives_suppress_and_bad_file_keeps_last_good(real_cgroups
                        "    {enable: true, cpuSuppressThresholdPercent: 65, cpuSuppressPolicy: cfsQuota}\n")
     config_file = tmp_path / "koordlet.yaml"
     config_file.write_text(
-        f"standalone: true\nstateDir: {tmp_path / 'state'}\nserver: {{addr: '127.0.0.1:0'}}\n"
+        f"standalone: true\nstateDir: {tmp_path / 'state'}\nserver: {{addr: '127.0.0.1:0', debugSocket: ''}}\n"
                            "runtimeHooks: {enableServer: false, enableNri: false}\n"
         f"host: {{cgroupKubeParent: {prefix}}}\nqos: {{nodesloFile: {nodeslo}, evictor: dry-run}}\n")
     agent: Any = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))

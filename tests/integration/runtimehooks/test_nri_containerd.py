@@ -157,7 +157,7 @@ class Koordlet:
     def __init__(self, tmp: Path, nri_socket: Path) -> None:
         self.config = tmp / "koordlet.yaml"
         self.config.write_text(json.dumps({
-            "stateDir": str(tmp / "state"), "logFormat": "json", "server": {"addr": "127.0.0.1:0"},
+            "stateDir": str(tmp / "state"), "logFormat": "json", "server": {"addr": "127.0.0.1:0", "debugSocket": ""},
             "discoverKubepods": False, "qos": {"evictor": "dry-run"},
             "runtimeHooks": {"enableServer": False, "nriSocketPath": str(nri_socket)},
         }))

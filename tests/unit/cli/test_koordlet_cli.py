@@ -209,7 +209,7 @@ def run_until_signal(
 ) -> Agent:
     """Start ``koordlet run --standalone``, wait until it is up, send ``sig``, check the clean stop."""
     agent = start_agent(["run", "--standalone", "--log-format", "json", "--state-dir", str(state_dir),
-                         "--addr", "127.0.0.1:0", *host_flags])
+                         "--addr", "127.0.0.1:0", "--debug-socket=", *host_flags])
     agent.wait_for("koordlet started", START_DEADLINE_SECONDS)
     assert agent.proc.poll() is None
     agent.proc.send_signal(sig)
@@ -278,7 +278,7 @@ def test_kubernetes_mode_takes_pods_from_kubelet(
     host = FakeHost(tmp_path / "host", mode="v1")
     agent = start_agent([
         "run", "--log-format", "json", "--state-dir", str(tmp_path / "state"), "--addr", "127.0.0.1:0",
-        "--node-name", "node-1", f"--cgroup-root-dir={host.paths.cgroup_root}",
+        "--debug-socket=", "--node-name", "node-1", f"--cgroup-root-dir={host.paths.cgroup_root}",
         f"--proc-root-dir={host.paths.proc_root}", f"--sys-root-dir={host.paths.sys_root}",
         "--kubelet-addr", options.address, "--kubelet-port", str(options.port), "--kubelet-ca-file",
         options.ca_file, "--kubelet-token-file", options.token_file, "--kubelet-sync-interval", "1s",

@@ -1,0 +1,322 @@
+"""The ``koordctl`` commands that read the daemon's debug API: what each one asks and how its table looks.
+
+Each :class:`Command` fetches one document (``-o json|yaml`` print it as is) and renders it as a table for
+people.  Table cells never contain spaces except in the last column, so ``awk`` and ``column`` work on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from koordlet.cli.debugclient import DebugClient
+from koordlet.cli.koordctl_cmds import render
+from koordlet.debugapi import contract
+from koordlet.errors import KoordletError
+
+Document = dict[str, Any]
+
+RECENT_ACTIONS: Final = 10
+"""How many of the QoS decisions that acted the ``qos`` table lists below the strategies."""
+
+
+class PodNotFound(KoordletError, LookupError):
+    """``koordctl cgroup NAME`` matched no pod, or pods in several namespaces."""
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    fetch: Callable[[DebugClient, argparse.Namespace], Document]
+    table: Callable[[Document, float], str]
+    """Renders the document for people; the float is the current Unix time (for ages)."""
+    add_arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {value!r}")
+    return number
+
+
+def _items(document: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    value = document.get(key)
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def _fields(pairs: Sequence[tuple[str, str]]) -> str:
+    width = max(len(label) for label, _ in pairs) + 1
+    return "".join(f"{label + ':':<{width}} {value}".rstrip() + "\n" for label, value in pairs)
+
+
+# --- status -------------------------------------------------------------------------------------------
+
+def status_table(doc: Document, now: float) -> str:
+    companion = doc.get("companion")
+    if isinstance(companion, Mapping):
+        link = "connected" if companion.get("nodeslo_connected") else "NodeSLO stream down"
+        reports = "reports failing" if companion.get("reports_failing") else "reports ok"
+        companion_text = f"{render.text(companion.get('address'))} ({link}, {reports})"
+    else:
+        companion_text = "none"
+    parts = [_fields([
+        ("Node", render.text(doc.get("node"))),
+        ("Version", f"{render.text(doc.get('version'))} (pid {render.text(doc.get('pid'))})"),
+        ("Mode", render.text(doc.get("mode"))),
+        ("Uptime", render.duration(doc.get("uptime_seconds"))),
+        ("Companion", companion_text),
+    ])]
+    parts.append(render.table(("COMPONENT", "RUNNING"),
+                              ((render.text(c.get("name")), render.text(c.get("running")))
+                               for c in _items(doc, "components"))))
+    gates = doc.get("feature_gates")
+    if isinstance(gates, Mapping) and gates:
+        parts.append(render.table(("FEATURE-GATE", "ENABLED"),
+                                  ((str(name), render.text(on)) for name, on in gates.items())))
+    probes = _items(doc, "probes")
+    if probes:
+        parts.append(render.table(("PROBE", "SUPPORTED", "REASON"),
+                                  ((render.text(p.get("name")), render.text(p.get("supported")),
+                                    render.text(p.get("reason"))) for p in probes)))
+    return "\n".join(parts)
+
+
+# --- pods ---------------------------------------------------------------------------------------------
+
+PODS_HEADER: Final = ("NAMESPACE", "NAME", "QOS", "PRIORITY", "CPU-SHARES(cur/desired)", "QUOTA",
+                      "MEMORY-LIMIT", "CPUSET")
+DRIFT_MARK: Final = "*"
+
+
+def _priority(pod: Mapping[str, Any]) -> str:
+    cls, number = pod.get("priority_class"), pod.get("priority")
+    if cls and number is not None:
+        return f"{cls}/{number}"
+    return render.text(cls or number)
+
+
+def _resources(pod: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    current, desired = pod.get("current"), pod.get("desired")
+    return (current if isinstance(current, Mapping) else {}), (desired if isinstance(desired, Mapping) else {})
+
+
+def _drifted(current: Mapping[str, Any], desired: Mapping[str, Any], key: str) -> bool:
+    return key in desired and key in current and str(desired[key]) != str(current[key])
+
+
+def _quota(current: Mapping[str, Any]) -> str:
+    quota, period = current.get("cpu_cfs_quota"), current.get("cpu_cfs_period")
+    if quota is None:
+        return render.NONE
+    if render.is_unlimited_bytes(quota):  # -1 in v1, "max" in v2
+        return "unlimited"
+    return f"{quota}/{period}" if period is not None else str(quota)
+
+
+def pod_row(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    current, desired = _resources(pod)
+    shares = f"{render.text(current.get('cpu_shares'))}/{render.text(desired.get('cpu_shares'))}"
+    quota = _quota(current) + (DRIFT_MARK if _drifted(current, desired, "cpu_cfs_quota") else "")
+    memory = render.size(current.get("memory_limit")) + (DRIFT_MARK if _drifted(current, desired, "memory_limit")
+                                                          else "")
+    cpuset = render.text(current.get("cpuset_cpus") or None) + (DRIFT_MARK if _drifted(current, desired, "cpuset_cpus")
+                                                                 else "")
+    return (render.text(pod.get("namespace")), render.text(pod.get("name")), render.text(pod.get("qos")),
+            _priority(pod), shares, quota, memory, cpuset)
+
+
+def pods_table(doc: Document, now: float) -> str:
+    rows = [pod_row(pod) for pod in _items(doc, "pods")]
+    out = render.table(PODS_HEADER, rows)
+    if any(DRIFT_MARK in cell for row in rows for cell in row[5:]):
+        out += f"\n{DRIFT_MARK} differs from the value koordlet last wrote (see -o json: current vs desired)\n"
+    return out
+
+
+# --- metrics ------------------------------------------------------------------------------------------
+
+METRICS_HEADER: Final = ("NAMESPACE", "NAME", "QOS", "CPU(cores)", "MEMORY")
+
+
+def _cpu_key(pod: Mapping[str, Any]) -> tuple[bool, float]:
+    cpu = pod.get("cpu_cores")
+    if isinstance(cpu, int | float) and not isinstance(cpu, bool):
+        return (False, -float(cpu))
+    return (True, 0.0)
+
+
+def metrics_table(doc: Document, now: float) -> str:
+    node = doc.get("node")
+    window = render.text(doc.get("window_seconds"))
+    if isinstance(node, Mapping):
+        line = (f"NODE  cpu {render.cores(node.get('cpu_cores'))} cores  "
+                f"memory {render.size(node.get('memory_bytes'))}  ({window} s average)\n")
+    else:
+        line = f"NODE  no samples in the last {window} s\n"
+    pods = sorted(_items(doc, "pods"), key=_cpu_key)
+    rows = ((render.text(p.get("namespace")), render.text(p.get("name")), render.text(p.get("qos")),
+             render.cores(p.get("cpu_cores")), render.size(p.get("memory_bytes"))) for p in pods)
+    return line + "\n" + render.table(METRICS_HEADER, rows)
+
+
+def _add_window(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--window", type=positive_int, metavar="SECONDS", default=None,
+                        help=f"average over the last SECONDS (default {contract.DEFAULT_METRICS_WINDOW_SECONDS})")
+
+
+# --- slo ----------------------------------------------------------------------------------------------
+
+def slo_table(doc: Document, now: float) -> str:
+    head = _fields([
+        ("Origin", render.text(doc.get("origin"))),
+        ("Generation", render.text(doc.get("generation"))),
+        ("Rejected", render.text(doc.get("rejected"))),
+    ])
+    return head + "\n" + render.table(("FIELD", "VALUE"), render.flatten(doc.get("spec") or {}))
+
+
+# --- qos ----------------------------------------------------------------------------------------------
+
+QOS_HEADER: Final = ("STRATEGY", "ENABLED", "LAST-ACTION", "AGE", "SUMMARY")
+
+
+def qos_table(doc: Document, now: float) -> str:
+    rows = []
+    for strategy in _items(doc, "strategies"):
+        last = strategy.get("last")
+        last = last if isinstance(last, Mapping) else {}
+        rows.append((render.text(strategy.get("name")), render.text(strategy.get("enabled")),
+                     render.text(last.get("action")), render.age(last.get("at"), now),
+                     render.text(last.get("summary") or None)))
+    out = render.table(QOS_HEADER, rows)
+    history = _items(doc, "history")
+    if history:
+        recent = history[-RECENT_ACTIONS:]
+        out += f"\nRecent actions ({len(recent)} of {len(history)}, oldest first):\n"
+        out += render.table(("AGE", "STRATEGY", "ACTION", "SUMMARY"),
+                            ((render.age(d.get("at"), now), render.text(d.get("strategy")),
+                              render.text(d.get("action")), render.text(d.get("summary"))) for d in recent))
+    return out
+
+
+# --- hooks --------------------------------------------------------------------------------------------
+
+HOOKS_HEADER: Final = ("AGE", "TRANSPORT", "STAGE", "POD", "CONTAINER", "DURATION", "OK", "ADJUSTMENT")
+
+
+def _adjustment(call: Mapping[str, Any]) -> str:
+    adjustment = call.get("adjustment")
+    parts = [f"{k}={v}" for k, v in adjustment.items()] if isinstance(adjustment, Mapping) else []
+    errors = call.get("errors")
+    if isinstance(errors, list) and errors:
+        parts.append("errors: " + "; ".join(str(e) for e in errors))
+    return ", ".join(parts) or render.NONE
+
+
+def _milliseconds(value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return render.NONE
+    return f"{value:.1f}ms"
+
+
+def hooks_table(doc: Document, now: float) -> str:
+    names = doc.get("hooks")
+    line = "Hooks: " + (", ".join(str(n) for n in names) if isinstance(names, list) and names else "none") + "\n"
+    rows = ((render.age(c.get("at"), now), render.text(c.get("transport")), render.text(c.get("stage")),
+             render.text(c.get("pod") or None), render.text(c.get("container") or None),
+             _milliseconds(c.get("duration_ms")), render.text(c.get("ok")), _adjustment(c))
+            for c in _items(doc, "calls"))
+    return line + "\n" + render.table(HOOKS_HEADER, rows)
+
+
+# --- evictions ----------------------------------------------------------------------------------------
+
+EVICTIONS_HEADER: Final = ("AGE", "POD", "REASON", "OUTCOME", "BACKEND", "MESSAGE")
+
+
+def evictions_table(doc: Document, now: float) -> str:
+    rows = ((render.age(e.get("at"), now), render.text(e.get("pod")), render.text(e.get("reason")),
+             render.text(e.get("outcome")), render.text(e.get("backend")), render.text(e.get("message") or None))
+            for e in _items(doc, "evictions"))
+    return render.table(EVICTIONS_HEADER, rows)
+
+
+def _add_limit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--limit", type=positive_int, metavar="N", default=None,
+                        help=f"show the newest N entries (default {contract.DEFAULT_LIMIT})")
+
+
+# --- cgroup -------------------------------------------------------------------------------------------
+
+def resolve_pod(client: DebugClient, pod: str) -> str:
+    """``namespace/name`` as given, or the one pod of that name in any namespace."""
+    if "/" in pod:
+        return pod
+    matches = sorted(f"{p.get('namespace')}/{p.get('name')}"
+                     for p in _items(client.get(contract.PODS), "pods") if p.get("name") == pod)
+    if not matches:
+        raise PodNotFound(f"no pod named {pod!r} on this node (koordctl pods lists them)")
+    if len(matches) > 1:
+        raise PodNotFound(f"pod name {pod!r} is ambiguous: {', '.join(matches)} (give NAMESPACE/NAME)")
+    return matches[0]
+
+
+def fetch_cgroup(client: DebugClient, args: argparse.Namespace) -> Document:
+    return client.get(contract.CGROUP, pod=resolve_pod(client, args.pod), container=args.container)
+
+
+def cgroup_table(doc: Document, now: float) -> str:
+    head = _fields([
+        ("Pod", render.text(doc.get("pod"))),
+        ("Container", render.text(doc.get("container"))),
+        ("Dir", render.text(doc.get("dir"))),
+    ])
+    files = doc.get("files")
+    rows: list[tuple[str, str]] = []
+    for name, content in (files.items() if isinstance(files, Mapping) else ()):
+        lines = str(content).rstrip("\n").split("\n")
+        rows.append((str(name), lines[0]))
+        rows.extend(("", line) for line in lines[1:])
+    return head + "\n" + render.table(("FILE", "CONTENT"), rows)
+
+
+def _add_pod(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("pod", metavar="POD", help="NAMESPACE/NAME, or NAME when one namespace has it")
+    parser.add_argument("container", metavar="CONTAINER", nargs="?", default=None,
+                        help="a container of the pod (default: the pod's own cgroup)")
+
+
+def _simple(path: str, **query_args: str) -> Callable[[DebugClient, argparse.Namespace], Document]:
+    """Fetch ``path`` with the query parameters named by ``query_args`` (query name -> attribute of args)."""
+
+    def fetch(client: DebugClient, args: argparse.Namespace) -> Document:
+        return client.get(path, **{name: getattr(args, attr) for name, attr in query_args.items()})
+
+    return fetch
+
+
+COMMANDS: Final[tuple[Command, ...]] = (
+    Command("status", "the daemon: version, mode, components, feature gates, probes, companion link",
+            _simple(contract.STATUS), status_table),
+    Command("pods", "pods on this node with their QoS and cgroup values (current/desired)",
+            _simple(contract.PODS), pods_table),
+    Command("metrics", "node and pod CPU and memory averaged over a window",
+            _simple(contract.METRICS, window="window"), metrics_table, _add_window),
+    Command("slo", "the NodeSLO in force: where it came from and its spec",
+            _simple(contract.SLO), slo_table),
+    Command("qos", "QoS strategies: enabled, last decision and the recent actions",
+            _simple(contract.QOS), qos_table),
+    Command("hooks", "recent runtime hook calls and what they adjusted",
+            _simple(contract.HOOKS, limit="limit"), hooks_table, _add_limit),
+    Command("evictions", "recent evictions and their outcome",
+            _simple(contract.EVICTIONS, limit="limit"), evictions_table, _add_limit),
+    Command("cgroup", "every cgroup file of a pod or container, as koordlet reads it",
+            fetch_cgroup, cgroup_table, _add_pod),
+)

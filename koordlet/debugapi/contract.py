@@ -1,0 +1,67 @@
+"""The debug API's contract, shared by the server (:mod:`koordlet.debugapi.server`) and ``koordctl``.
+
+Transport: HTTP/1.1 on the unix socket :data:`DEFAULT_SOCKET` (``--debug-socket``; mode 0600, root only).
+Every answer is a JSON object; errors are ``{"error": "<what was wrong>"}`` with status 400 (bad query), 404
+(unknown path, pod or container) or 500.  Times are Unix seconds (floats); CPU in cores, memory in bytes.
+
+Read-only endpoints (GET):
+
+``/v1/status``
+    ``{"version", "pid", "node", "mode": "standalone"|"kubernetes", "started_at", "uptime_seconds",
+    "components": [{"name", "running": bool}], "feature_gates": {name: bool},
+    "probes": [{"name", "supported": bool, "reason"}],
+    "companion": {"address", "nodeslo_connected": bool, "reports_failing": bool} | null}``
+``/v1/pods``
+    ``{"pods": [{"namespace", "name", "uid", "qos", "kube_qos", "priority_class", "priority", "phase",
+    "source", "cgroup_dir", "containers": [{"name", "id", "cgroup_dir",
+    "current": {resource: value}, "desired": {resource: value}}],
+    "current": {resource: value}, "desired": {resource: value}}]}``
+    ``current``: read now from the cgroup files (``cpu_shares``, ``cpu_cfs_quota``, ``cpu_cfs_period``,
+    ``memory_limit``, ``cpuset_cpus``; a file that cannot be read is left out); ``desired``: the last value
+    koordlet's resource executor wrote to that file (left out when it never wrote it).
+``/v1/metrics?window=<seconds>`` (default 60)
+    ``{"window_seconds", "node": {"cpu_cores", "memory_bytes"} | null,
+    "pods": [{"namespace", "name", "qos", "cpu_cores", "memory_bytes"}]}`` - averages over the window from the
+    metric cache; a series without samples in the window is null.
+``/v1/slo``
+    ``{"origin", "generation", "rejected": str | null, "spec": <NodeSLO spec JSON>}``
+``/v1/qos``
+    ``{"strategies": [{"name", "enabled": bool, "interval_seconds", "last": <Decision.to_json()> | null}],
+    "history": [<Decision.to_json()>, ...]}`` (history: the decisions that acted, oldest first)
+``/v1/hooks?limit=<n>`` (default 100)
+    ``{"hooks": [<hook names in order>], "calls": [{"at", "stage", "pod", "container", "transport",
+    "duration_ms", "ok": bool, "errors": [str], "adjustment": {field: value}}]}`` (newest last)
+``/v1/evictions?limit=<n>`` (default 100)
+    ``{"evictions": [{"at", "pod", "reason", "message", "outcome", "backend"}]}`` (newest last)
+``/v1/cgroup?pod=<namespace>/<name>[&container=<name>]``
+    ``{"pod", "container": str | null, "dir", "files": {"<subsystem>/<file>": "<content>"}}`` - every readable
+    regular file of the cgroup directory in each hierarchy (content capped at 64 KiB per file).
+``/v1/probes``
+    ``{"probes": [{"name", "supported": bool, "reason"}]}``
+
+Admin endpoints (POST, explicit actions only):
+
+``/v1/admin/log-level`` with body ``{"level": "debug"|"info"|"warning"|"error"}`` -> ``{"level"}``
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+DEFAULT_SOCKET: Final = "/var/run/koordlet/debug.sock"
+SOCKET_MODE: Final = 0o600
+
+STATUS: Final = "/v1/status"
+PODS: Final = "/v1/pods"
+METRICS: Final = "/v1/metrics"
+SLO: Final = "/v1/slo"
+QOS: Final = "/v1/qos"
+HOOKS: Final = "/v1/hooks"
+EVICTIONS: Final = "/v1/evictions"
+CGROUP: Final = "/v1/cgroup"
+PROBES: Final = "/v1/probes"
+ADMIN_LOG_LEVEL: Final = "/v1/admin/log-level"
+
+DEFAULT_METRICS_WINDOW_SECONDS: Final = 60
+DEFAULT_LIMIT: Final = 100
+CGROUP_FILE_CAP_BYTES: Final = 64 * 1024

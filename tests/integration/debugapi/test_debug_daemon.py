@@ -1,0 +1,149 @@
+"""The assembled agent serves the debug API on its socket: pods with the values of their real cgroup
+files, node usage after a collection, every QoS strategy, and a pod's real cgroup files."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordlet.cli.agent import build_agent
+from koordlet.config import load
+from koordlet.debugapi import contract
+from koordlet.system.hostpaths import HostPaths
+from koordlet.system.node import read_node_info
+from tests.fixtures.debugclient import get
+from tests.fixtures.realcgroup import CGROUP_ROOT, RealCgroups
+
+SLEEP = "import signal; signal.pause()"
+V1_UNLIMITED_FLOOR = 1 << 62
+
+
+def wait_for(predicate: Callable[[], Any], seconds: float, what: str) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    # A unix socket path holds at most 107 bytes; pytest's tmp_path may be longer.
+    directory = Path(tempfile.mkdtemp(prefix="kdbg-", dir="/tmp"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def file_values(real_cgroups: RealCgroups, rel: str) -> dict[str, Any]:
+    def read(subsystem: str, name: str) -> str:
+        return (real_cgroups.path(subsystem, rel) / name).read_text().strip()
+
+    memory = int(read("memory", "memory.limit_in_bytes"))
+    return {"cpu_shares": int(read("cpu", "cpu.shares")), "cpu_cfs_quota": int(read("cpu", "cpu.cfs_quota_us")),
+            "cpu_cfs_period": int(read("cpu", "cpu.cfs_period_us")),
+            "memory_limit": -1 if memory >= V1_UNLIMITED_FLOOR else memory,
+            "cpuset_cpus": read("cpuset", "cpuset.cpus")}
+
+
+def test_debug_api_of_a_running_agent(real_cgroups: RealCgroups, tmp_path: Path, sock_dir: Path) -> None:
+    prefix = real_cgroups.name
+    ls_uid = f"{secrets.token_hex(4)}-0000-4000-8000-000000000001"
+    be_uid = f"{secrets.token_hex(4)}-0000-4000-8000-000000000002"
+    container_id = secrets.token_hex(32)
+    ls_pod = f"kubepods/burstable/pod{ls_uid}"
+    be_pod = f"kubepods/besteffort/pod{be_uid}"
+    ls_container = f"{ls_pod}/{container_id}"
+    for rel in (ls_container, be_pod):
+        real_cgroups.mkdir(rel)
+    real_cgroups.write("cpu", ls_container, "cpu.cfs_quota_us", "50000")
+    real_cgroups.write("memory", ls_container, "memory.limit_in_bytes", str(256 << 20))
+    real_cgroups.spawn(ls_container, SLEEP)
+    real_cgroups.spawn(be_pod, SLEEP)
+
+    socket_path = sock_dir / "run" / "debug.sock"
+    config_file = tmp_path / "koordlet.yaml"
+    config_file.write_text(
+        f"standalone: true\nstateDir: {tmp_path / 'state'}\n"
+        f"server: {{addr: '127.0.0.1:0', debugSocket: {socket_path}}}\n"
+        "runtimeHooks: {enableServer: false, enableNri: false}\n"
+        f"host: {{cgroupKubeParent: {prefix}}}\nqos: {{evictor: dry-run}}\n")
+    agent: Any = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
+    assert agent.debug is not None and agent.components[-1] is agent.debug
+    for component in agent.components:
+        component.start(lambda exc: pytest.fail(f"component failed: {exc!r}"))
+    try:
+        path = str(socket_path)
+        assert socket_path.is_socket() and socket_path.stat().st_mode & 0o777 == contract.SOCKET_MODE
+
+        code, status = get(path, contract.STATUS)
+        assert code == 200 and status["mode"] == "standalone"
+        assert [c["name"] for c in status["components"]] == [c.name for c in agent.components]
+        assert all(c["running"] for c in status["components"] if c["name"] == "debugapi")
+
+        def our_pods() -> dict[str, Any]:
+            _, doc = get(path, contract.PODS)
+            found = {p["uid"]: p for p in doc["pods"] if p["uid"] in (ls_uid, be_uid)}
+            return found if len(found) == 2 else {}
+
+        pods = wait_for(our_pods, 15, "both test pods in /v1/pods")
+        ls, be = pods[ls_uid], pods[be_uid]
+        assert (ls["qos"], ls["kube_qos"], ls["source"]) == ("LS", "Burstable", "kubepods")
+        assert (be["qos"], be["kube_qos"]) == ("BE", "BestEffort")
+        assert ls["cgroup_dir"] == f"{prefix}/{ls_pod}" and be["cgroup_dir"] == f"{prefix}/{be_pod}"
+        # The values are read on request: compare them with the files read right after.
+        assert be["current"] == file_values(real_cgroups, be_pod)
+        assert ls["current"] == file_values(real_cgroups, ls_pod)
+        (container,) = ls["containers"]
+        assert container["id"] == container_id
+        assert container["current"] == file_values(real_cgroups, ls_container)
+        assert container["current"]["cpu_cfs_quota"] == 50_000
+        assert container["current"]["memory_limit"] == 256 << 20
+        # Whatever the executor wrote and still remembers is the file's value now (nothing else writes here).
+        for row in (ls, be, container):
+            for resource, value in row["desired"].items():
+                assert row["current"][resource] == value, (row["cgroup_dir"], resource)
+
+        def node_usage() -> Any:
+            _, doc = get(path, contract.METRICS + "?window=30")
+            return doc if doc["node"] is not None and doc["node"]["cpu_cores"] is not None else None
+
+        metrics = wait_for(node_usage, 15, "node usage in /v1/metrics")
+        assert metrics["window_seconds"] == 30
+        assert metrics["node"]["cpu_cores"] >= 0 and metrics["node"]["memory_bytes"] > 0
+        assert {p["name"] for p in metrics["pods"]} >= {f"pod{ls_uid}", f"pod{be_uid}"}
+
+        code, qos = get(path, contract.QOS)
+        assert code == 200
+        assert [s["name"] for s in qos["strategies"]] == agent.qos.strategies
+        assert all(isinstance(s["enabled"], bool) and s["interval_seconds"] > 0 for s in qos["strategies"])
+
+        code, slo = get(path, contract.SLO)
+        assert code == 200 and slo["origin"] == agent.qos.holder.current().origin
+
+        code, cgroup = get(path, f"{contract.CGROUP}?pod=kubepods/pod{ls_uid}&container={container['name']}")
+        assert code == 200 and cgroup["dir"] == f"{prefix}/{ls_container}"
+        files = cgroup["files"]
+        quota = [v for k, v in files.items() if k.endswith("/cpu.cfs_quota_us") and "cpu" in k.split("/")[0]]
+        assert quota == [(real_cgroups.path("cpu", ls_container) / "cpu.cfs_quota_us").read_text()]
+        procs = [v for k, v in files.items() if k.split("/")[0] == "memory" and k.endswith("/cgroup.procs")]
+        assert procs == [(CGROUP_ROOT / "memory" / prefix / ls_container / "cgroup.procs").read_text()]
+
+        code, missing = get(path, f"{contract.CGROUP}?pod=kubepods/nope")
+        assert code == 404 and "kubepods/nope" in missing["error"]
+        code, hooks = get(path, contract.HOOKS)
+        assert code == 200 and hooks["hooks"] == list(agent.hooks.runner.names)
+        code, evictions = get(path, contract.EVICTIONS)
+        assert (code, evictions) == (200, {"evictions": []})
+    finally:
+        for component in reversed(agent.components):
+            component.stop(10)
+    assert not socket_path.exists()

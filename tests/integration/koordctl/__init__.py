@@ -1,0 +1,1 @@
+"""koordctl against a (fake) running koordlet, driven through a real terminal (tmux)."""
