@@ -25,6 +25,7 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from koordlet.version import __version__
 from tests.fixtures.realcgroup import RealCgroups
+from tests.integration.koordctl.test_top_tmux import Tmux, top_command
 
 SLEEP = "import signal; signal.pause()"
 
@@ -181,15 +182,30 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
             for fmt in ("table", "yaml"):
                 code, out = koordctl(sock, *command, "-o", fmt)
                 assert code == 0 and out, f"koordctl {' '.join(command)} -o {fmt}"
+
+        # top in a real terminal, against the real agent: the test pods with their cgroup values.
+        session = Tmux()
+        try:
+            session.start(top_command("--socket", sock, "--interval", "0.5"))
+            screen = session.wait_for(lambda s: ls_pod["name"] in s and be_pod["name"] in s, "the test pods in top")
+            (row,) = [line.split() for line in screen.splitlines() if ls_pod["name"] in line]
+            assert row[:3] == [ls_pod["namespace"], ls_pod["name"], "LS"], screen
+            session.send("q")
+            assert "EXIT=0" in session.wait_for(lambda s: "EXIT=" in s, "top to quit")
+        finally:
+            session.kill()
     finally:
         for component in reversed(agent.components):
             component.stop(10)
 
     capsys.readouterr()
-    code, _ = koordctl(sock, "status")
-    assert code == 3
-    assert capsys.readouterr().err == (f"koordlet is not running (no debug socket at {sock}): start it with "
-                                       "`systemctl start koordlet` or `koordlet run --standalone`\n")
+    message = (f"koordlet is not running (no debug socket at {sock}): start it with "
+               "`systemctl start koordlet` or `koordlet run --standalone`\n")
+    for command in (["status"], ["pods"], ["metrics"], ["slo"], ["qos"], ["hooks"], ["evictions"],
+                    ["cgroup", ls_key], ["top", "--iterations", "1"]):
+        code, _ = koordctl(sock, *command)
+        assert code == 3, f"koordctl {' '.join(command)} with the daemon down exited {code}"
+        assert capsys.readouterr().err == message, command
 
 
 def test_zsh_completion_script_is_valid_zsh(tmp_path: Path) -> None:
