@@ -18,6 +18,7 @@ from koordlet.apis.nodemetric import NodeMetricCollectPolicy
 from koordlet.cli.daemon import Component
 from koordlet.config import gates
 from koordlet.config.types import Config, QoSManagerConfig, split_list
+from koordlet.debugapi import contract
 from koordlet.debugapi.server import DebugServer, DebugSources, HostCgroups
 from koordlet.errors import ConfigError
 from koordlet.metriccache import CacheSettings, MetricCache, names
@@ -202,7 +203,10 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
     # The NodeSLO source starts before the QoS manager so its first round already has the persisted spec.
     components += [advisor, reporter, *slo_source, qos, hooks, server]
     debug: DebugServer | None = None
-    if config.server.debug_socket:
+    debug_socket = config.server.debug_socket
+    if debug_socket == contract.DEFAULT_SOCKET:  # not chosen: a user other than root cannot write /var/run
+        debug_socket = contract.default_socket(os.geteuid(), str(state_dir))
+    if debug_socket:
         results = list(probe_results) or [ProbeResult(name, supported, "")
                                           for name, supported in sorted((probes or {}).items())]
         companion_status = None
@@ -217,7 +221,7 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
             strategies=lambda: qos.strategy_objects, decisions=qos.options.decisions, hook_names=hooks.runner.names,
             hook_calls=hooks.runner.recorder.recent if hooks.runner.recorder is not None else (lambda _n: []),
             evictions=qos.options.evictor.recent, pid=os.getpid())
-        debug = DebugServer(config.server.debug_socket, sources)
+        debug = DebugServer(debug_socket, sources)
         components.append(debug)
     return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos, hooks, debug)
 

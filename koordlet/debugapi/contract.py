@@ -49,6 +49,19 @@ from __future__ import annotations
 from typing import Final
 
 DEFAULT_SOCKET: Final = "/var/run/koordlet/debug.sock"
+SOCKET_PATH_MAX: Final = 107
+"""``sun_path`` holds 108 bytes, the terminating NUL included."""
+
+
+def default_socket(euid: int, state_dir: str) -> str:
+    """Where the socket is when nothing says otherwise: :data:`DEFAULT_SOCKET` for root; for another user (who
+    cannot write ``/var/run``) ``<state dir>/debug.sock``, or "" (no socket) when that path is too long."""
+    if euid == 0:
+        return DEFAULT_SOCKET
+    path = f"{state_dir.rstrip('/')}/debug.sock"
+    return path if len(path.encode()) <= SOCKET_PATH_MAX else ""
+
+
 SOCKET_MODE: Final = 0o600
 
 STATUS: Final = "/v1/status"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 from typing import Final
 
+from koordlet.cli.common import default_state_dir
 from koordlet.cli.koordctl_cmds.render import OUTPUT_FORMATS
 from koordlet.debugapi import contract
 
@@ -30,5 +32,9 @@ def add_daemon_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_socket(given: str | None, environ: Mapping[str, str]) -> str:
-    """``--socket`` if given, else ``$KOORDCTL_SOCKET`` if set and not empty, else the contract's default."""
-    return given or environ.get(SOCKET_ENV) or contract.DEFAULT_SOCKET
+    """``--socket`` if given, else ``$KOORDCTL_SOCKET`` if set and not empty, else where a koordlet of this user
+    puts it by default (root: the contract's default; another user: under its state directory)."""
+    if given or environ.get(SOCKET_ENV):
+        return given or environ[SOCKET_ENV]
+    euid = os.geteuid()
+    return contract.default_socket(euid, str(default_state_dir(euid, environ))) or contract.DEFAULT_SOCKET

@@ -600,3 +600,13 @@ def test_humanisers() -> None:
     assert render.age(NOW + 10, NOW) == "0s" and render.age(None, NOW) == "-"
     assert [render.size(v) for v in (0, 1023, 1024, 1536, "max", -1, "4096", None)] == [
         "0", "1023", "1Ki", "1.5Ki", "unlimited", "unlimited", "4Ki", "-"]
+
+
+def test_socket_default_follows_the_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    from koordlet.cli.koordctl_cmds.flags import resolve_socket
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert resolve_socket(None, {"XDG_STATE_HOME": "/home/u/.state"}) == "/home/u/.state/koordlet/debug.sock"
+    assert resolve_socket(None, {"KOORDCTL_SOCKET": "/tmp/x.sock"}) == "/tmp/x.sock"
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert resolve_socket(None, {}) == "/var/run/koordlet/debug.sock"

@@ -530,3 +530,11 @@ def test_decode_written_v2_cpu_max() -> None:
     assert decode_written("cpu_cfs_period", 2, "50000") is None
     assert decode_written("memory_limit", 2, "max") == -1
     assert decode_written("cpu_shares", 1, "1024\n") == 1024
+
+
+def test_default_socket_for_root_and_for_other_users() -> None:
+    from koordlet.debugapi import contract
+
+    assert contract.default_socket(0, "/var/lib/koordlet") == contract.DEFAULT_SOCKET
+    assert contract.default_socket(1000, "/home/u/.local/state/koordlet") == "/home/u/.local/state/koordlet/debug.sock"
+    assert contract.default_socket(1000, "/" + "x" * 120) == "", "too long for sun_path: no socket"
