@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from koordlet import native
 from koordlet.apis.nodemetric import NodeMetricCollectPolicy
@@ -49,12 +49,6 @@ from koordlet.runtimehooks.component import RuntimeHooks
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookCallRecorder, HookRunner, Stage, failure_policy
 from koordlet.runtimehooks.hooks import build_hooks
-from koordlet.statesinformer.companion import (
-    CompanionClient,
-    CompanionNodeMetricSink,
-    CompanionNodeSLOSource,
-    token_from_file,
-)
 from koordlet.statesinformer.informer import StatesInformer
 from koordlet.statesinformer.kubelet import KubeletClient, KubeletOptions
 from koordlet.statesinformer.kubeletconfig import KubeletConfigSync
@@ -67,6 +61,9 @@ from koordlet.system.layout import detect_layout
 from koordlet.system.node import NodeInfo
 from koordlet.system.probes import ProbeResult
 from koordlet.version import __version__
+
+if TYPE_CHECKING:
+    from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink
 
 log = logging.getLogger("koordlet")
 PODS_PATH = "/pods/"
@@ -167,7 +164,11 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
                                      report_interval_seconds=config.node_metric.report_interval_seconds)
     client = companion_client(config)
     sinks: list[Any] = [LocalNodeMetricSink(cache, state_dir, config.node_name)]
-    companion_sink = CompanionNodeMetricSink(client) if client is not None else None
+    companion_sink: CompanionNodeMetricSink | None = None
+    if client is not None:
+        from koordlet.statesinformer.companion import CompanionNodeMetricSink
+
+        companion_sink = CompanionNodeMetricSink(client)
     if companion_sink is not None:
         sinks.append(companion_sink)
     reporter = NodeMetricRunner(
@@ -183,6 +184,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
     slo_source: list[Component] = []
     if client is not None:
         cache_path = config.companion.nodeslo_cache or str(state_dir / "nodeslo-companion.json")
+        from koordlet.statesinformer.companion import CompanionNodeSLOSource
+
         slo_source.append(CompanionNodeSLOSource(client, qos.holder, cache_path))
 
     components: list[Component] = [MetricCacheComponent(cache, config.metric_cache.flush_interval_seconds), informer]
@@ -292,6 +295,7 @@ def companion_client(config: Config) -> CompanionClient | None:
     companion = config.companion
     if not companion.address:
         return None
+    from koordlet.statesinformer.companion import CompanionClient, token_from_file  # gRPC only when linked
     if config.qos.nodeslo_file:
         raise ConfigError("companion.address and qos.nodesloFile both set: the NodeSLO comes from one of them")
     token = token_from_file(companion.token_file) if companion.token_file else None

@@ -2,8 +2,9 @@
 
 * the reconciler (always): existing pods and containers, every interval and on pod changes;
 * the RuntimeHookService server for koord-runtime-proxy (``enable_server``), with its registration file;
-* the NRI plugin (``enable_nri``) on its own asyncio loop in one thread; it waits for the runtime's NRI
-  socket when there is none yet and reconnects whenever the runtime drops it.
+* the NRI plugin (``enable_nri``) on its own asyncio loop in one thread, started once the runtime's NRI
+  socket exists (checked every few seconds; until then neither asyncio nor the NRI messages are loaded,
+  ~6 MiB a host without NRI does not pay); it reconnects whenever the runtime drops it.
 
 Started last and stopped first of the daemon's parts (Koordinator's order), so hooks never run against a
 stopped executor.
@@ -11,19 +12,24 @@ stopped executor.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from koordlet.config.types import RuntimeHooksConfig
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRunner
-from koordlet.runtimehooks.hookserver.server import HookServer
-from koordlet.runtimehooks.nri.plugin import NriPlugin
 from koordlet.runtimehooks.reconciler import OomScoreApply, ReconcileMetricsSink, Reconciler
 from koordlet.statesinformer.framework import StatesInformer
+
+if TYPE_CHECKING:
+    from koordlet.runtimehooks.hookserver.server import HookServer
+    from koordlet.runtimehooks.nri.plugin import NriPlugin
+
+NRI_SOCKET_POLL_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -40,32 +46,47 @@ class RuntimeHooks:
                                      metrics=metrics, oom_score=oom_score)
         self.server: HookServer | None = None
         if config.enable_server:
+            # gRPC is loaded only for the server: a node on NRI alone keeps ~15 MiB of RSS.
+            from koordlet.runtimehooks.hookserver.server import HookServer
+
             self.server = HookServer(runner, config.server_socket, config.registration_dir or None,
                                      config.failure_policy, applier, endpoint=config.host_endpoint)
+        self._applier = applier
         self.nri: NriPlugin | None = None
-        if config.enable_nri:
-            self.nri = NriPlugin(runner, applier, config.nri_socket_path, idx=config.nri_plugin_idx)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: Any = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
 
     def start(self, on_failure: Callable[[BaseException], None]) -> None:
         self.reconciler.start(on_failure)
         if self.server is not None:
             self.server.start()
-        if self.nri is not None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            self._thread = threading.Thread(target=self._run_nri, args=(loop, self.nri, on_failure),
-                                            name="runtimehooks-nri", daemon=True)
+        if self.config.enable_nri:
+            self._thread = threading.Thread(target=self._run_nri, args=(on_failure,), name="runtimehooks-nri",
+                                            daemon=True)
             self._thread.start()
         log.info("runtime hooks started", extra={
             "hooks": list(self.runner.names),
             "server": self.server.socket_path if self.server else None,
-            "nri": self.nri.socket_path if self.nri else None})
+            "nri": self.config.nri_socket_path if self.config.enable_nri else None})
 
-    @staticmethod
-    def _run_nri(loop: asyncio.AbstractEventLoop, plugin: NriPlugin,
-                 on_failure: Callable[[BaseException], None]) -> None:
+    def _run_nri(self, on_failure: Callable[[BaseException], None]) -> None:
+        path = self.config.nri_socket_path
+        while not os.path.exists(path):
+            if self._stopping.wait(NRI_SOCKET_POLL_SECONDS):
+                return
+        import asyncio
+
+        from koordlet.runtimehooks.nri.plugin import NriPlugin
+
+        loop = asyncio.new_event_loop()
+        plugin = NriPlugin(self.runner, self._applier, path, idx=self.config.nri_plugin_idx)
+        with self._lock:
+            if self._stopping.is_set():
+                loop.close()
+                return
+            self.nri, self._loop = plugin, loop
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(plugin.run())
@@ -75,9 +96,13 @@ class RuntimeHooks:
             loop.close()
 
     def stop(self, timeout_seconds: float) -> None:
-        if self.nri is not None and self._loop is not None and self._thread is not None:
+        with self._lock:
+            self._stopping.set()
+            plugin, loop = self.nri, self._loop
+        if plugin is not None and loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop already ended
-                self._loop.call_soon_threadsafe(self.nri.stop)
+                loop.call_soon_threadsafe(plugin.stop)
+        if self._thread is not None:
             self._thread.join(timeout_seconds)
         if self.server is not None:
             self.server.stop()
