@@ -304,6 +304,7 @@ def test_a_dead_companion_changes_nothing_and_a_restarted_one_is_caught_up(
         server.notify(NODE)
         assert wait_until(lambda: threshold(source.holder) == 83, PUSH_DEADLINE_SECONDS)
         assert [threshold_of(e) for e in source.changes] == [61, 72, 83]
+        source.source.stop(2.0)  # before the client's channel closes under its watch loop
     finally:
         server.stop(0.2)
         client.close()
@@ -355,6 +356,7 @@ def test_a_new_source_starts_from_the_persisted_spec_while_the_companion_is_away
         assert restarted.source.last_generation == controller.specs[NODE][0]
         time.sleep(0.5)
         assert threshold(restarted.holder) == 72  # the unreachable companion does not undo it
+        restarted.source.stop(2.0)  # before the client's channel closes under its watch loop
     finally:
         client.close()
 
