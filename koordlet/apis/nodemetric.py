@@ -33,6 +33,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from koordlet.apis.extension import PriorityClass, QoSClass
+from koordlet.apis.gojson import member
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.errors import ConfigError, ParseError
 
@@ -189,15 +190,6 @@ def parse_time(text: str) -> float:
 
 # ---------------------------------------------------------------------------------------------- JSON helpers
 
-def _member(obj: Mapping[str, Any], key: str) -> Any:
-    """``obj[key]`` the way Go's decoder finds a struct field: exact key first, else a case-insensitive match."""
-    if key in obj:
-        return obj[key]
-    folded = key.casefold()
-    for name, value in obj.items():
-        if isinstance(name, str) and name.casefold() == folded:
-            return value
-    return None
 
 
 def _object(value: Any, where: str, error: type[ValueError]) -> Mapping[str, Any]:
@@ -256,7 +248,7 @@ class ResourceMap:
     def from_json(cls, obj: Any, where: str) -> ResourceMap:
         if obj is None:
             return cls()
-        resources = _member(_object(obj, where, ParseError), "resources")
+        resources = member(_object(obj, where, ParseError), "resources")
         if resources is None:
             return cls()
         resources = _object(resources, f"{where}.resources", ParseError)
@@ -293,14 +285,14 @@ class AggregatedUsage:
     def from_json(cls, obj: Any, where: str) -> AggregatedUsage:
         obj = _object(obj, where, ParseError)
         usage: dict[AggregationType, ResourceMap] = {}
-        raw_usage = _member(obj, "usage")
+        raw_usage = member(obj, "usage")
         for key, value in _object(raw_usage if raw_usage is not None else {}, f"{where}.usage", ParseError).items():
             try:
                 kind = AggregationType(key)
             except ValueError:
                 raise ParseError(f"{where}.usage: unknown aggregation {key!r}") from None
             usage[kind] = ResourceMap.from_json(value, f"{where}.usage.{key}")
-        duration = _string(_member(obj, "duration"), f"{where}.duration")
+        duration = _string(member(obj, "duration"), f"{where}.duration")
         try:
             seconds = parse_duration(duration) if duration else 0.0
         except ValueError as exc:
@@ -337,11 +329,11 @@ class NodeMetricInfo:
     def from_json(cls, obj: Any, where: str) -> NodeMetricInfo:
         obj = _object(obj, where, ParseError)
         return cls(
-            node_usage=ResourceMap.from_json(_member(obj, "nodeUsage"), f"{where}.nodeUsage"),
-            aggregated_node_usages=_aggregated_list(_member(obj, "aggregatedNodeUsages"),
+            node_usage=ResourceMap.from_json(member(obj, "nodeUsage"), f"{where}.nodeUsage"),
+            aggregated_node_usages=_aggregated_list(member(obj, "aggregatedNodeUsages"),
                                                     f"{where}.aggregatedNodeUsages"),
-            system_usage=ResourceMap.from_json(_member(obj, "systemUsage"), f"{where}.systemUsage"),
-            aggregated_system_usages=_aggregated_list(_member(obj, "aggregatedSystemUsages"),
+            system_usage=ResourceMap.from_json(member(obj, "systemUsage"), f"{where}.systemUsage"),
+            aggregated_system_usages=_aggregated_list(member(obj, "aggregatedSystemUsages"),
                                                       f"{where}.aggregatedSystemUsages"),
         )
 
@@ -421,8 +413,8 @@ class PodMetricInfo:
         if fast is not None:
             return fast
         obj = _object(obj, where, ParseError)
-        priority_text = _string(_member(obj, "priority"), f"{where}.priority")
-        qos_text = _string(_member(obj, "qos"), f"{where}.qos")
+        priority_text = _string(member(obj, "priority"), f"{where}.priority")
+        qos_text = _string(member(obj, "qos"), f"{where}.qos")
         priority = _PRIORITY_BY_VALUE.get(priority_text)
         if priority is None:
             raise ParseError(f"{where}.priority: unknown priority class {priority_text!r}")
@@ -430,9 +422,9 @@ class PodMetricInfo:
         if qos is None:
             raise ParseError(f"{where}.qos: unknown QoS class {qos_text!r}")
         return cls(
-            name=_string(_member(obj, "name"), f"{where}.name"),
-            namespace=_string(_member(obj, "namespace"), f"{where}.namespace"),
-            pod_usage=ResourceMap.from_json(_member(obj, "podUsage"), f"{where}.podUsage"),
+            name=_string(member(obj, "name"), f"{where}.name"),
+            namespace=_string(member(obj, "namespace"), f"{where}.namespace"),
+            pod_usage=ResourceMap.from_json(member(obj, "podUsage"), f"{where}.podUsage"),
             priority=priority,
             qos=qos,
         )
@@ -475,22 +467,22 @@ class NodeMetricStatus:
         if obj is None:
             return cls()
         obj = _object(obj, where, ParseError)
-        update_time = _string(_member(obj, "updateTime"), f"{where}.updateTime")
+        update_time = _string(member(obj, "updateTime"), f"{where}.updateTime")
         try:
             when = parse_time(update_time) if update_time else None
         except ValueError as exc:
             raise ParseError(f"{where}.updateTime: {exc}") from None
-        node_metric = _member(obj, "nodeMetric")
-        reclaimable = _member(obj, "prodReclaimableMetric")
+        node_metric = member(obj, "nodeMetric")
+        reclaimable = member(obj, "prodReclaimableMetric")
         return cls(
             update_time=when,
             node_metric=NodeMetricInfo.from_json(node_metric, f"{where}.nodeMetric") if node_metric is not None
             else None,
             pods_metric=tuple(PodMetricInfo.from_json(item, f"{where}.podsMetric[{i}]")
-                              for i, item in enumerate(_list(_member(obj, "podsMetric"), f"{where}.podsMetric",
+                              for i, item in enumerate(_list(member(obj, "podsMetric"), f"{where}.podsMetric",
                                                              ParseError))),
             prod_reclaimable_metric=ReclaimableMetric(ResourceMap.from_json(
-                _member(_object(reclaimable, f"{where}.prodReclaimableMetric", ParseError), "resource"),
+                member(_object(reclaimable, f"{where}.prodReclaimableMetric", ParseError), "resource"),
                 f"{where}.prodReclaimableMetric.resource")) if reclaimable is not None else None,
         )
 
@@ -498,7 +490,7 @@ class NodeMetricStatus:
 # ---------------------------------------------------------------------------------------------- spec
 
 def _seconds_field(obj: Mapping[str, Any], key: str, where: str, default: float, floor: float) -> float:
-    value = _member(obj, key)
+    value = member(obj, key)
     if value is None:
         return default
     # Go decodes these into *int64: a fraction, a string or a bool does not decode.
@@ -544,23 +536,23 @@ class NodeMetricCollectPolicy:
         field path for a value of the wrong type, an unparsable duration or an unknown memory policy."""
         if spec is None:
             return cls()
-        policy = _member(_object(spec, where, ConfigError), "metricCollectPolicy")
+        policy = member(_object(spec, where, ConfigError), "metricCollectPolicy")
         where = f"{where}.metricCollectPolicy"
         if policy is None:
             return cls()
         policy = _object(policy, where, ConfigError)
 
         durations = DEFAULT_NODE_AGGREGATE_DURATIONS
-        aggregate_policy = _member(policy, "nodeAggregatePolicy")
+        aggregate_policy = member(policy, "nodeAggregatePolicy")
         if aggregate_policy is not None:
             path = f"{where}.nodeAggregatePolicy"
-            raw = _member(_object(aggregate_policy, path, ConfigError), "durations")
+            raw = member(_object(aggregate_policy, path, ConfigError), "durations")
             if raw is not None:
                 durations = tuple(_duration_item(item, f"{path}.durations[{i}]")
                                   for i, item in enumerate(_list(raw, f"{path}.durations", ConfigError)))
 
         memory = MemoryCollectPolicy.WITHOUT_PAGE_CACHE
-        raw_memory = _member(policy, "nodeMemoryCollectPolicy")
+        raw_memory = member(policy, "nodeMemoryCollectPolicy")
         if raw_memory is not None:
             try:
                 memory = MemoryCollectPolicy(raw_memory)
@@ -632,14 +624,14 @@ class NodeMetric:
 
         Raises ConfigError for a bad spec and ParseError for a bad status or envelope."""
         obj = _object(obj, "NodeMetric", ParseError)
-        api_version, kind = _member(obj, "apiVersion"), _member(obj, "kind")
+        api_version, kind = member(obj, "apiVersion"), member(obj, "kind")
         if api_version not in (None, API_VERSION) or kind not in (None, KIND):
             raise ParseError(f"NodeMetric: expected {API_VERSION} {KIND}, got {api_version} {kind}")
-        metadata = _object(_member(obj, "metadata") or {}, "metadata", ParseError)
-        spec = _member(obj, "spec")
-        has_policy = spec is not None and _member(_object(spec, "spec", ConfigError), "metricCollectPolicy") is not None
+        metadata = _object(member(obj, "metadata") or {}, "metadata", ParseError)
+        spec = member(obj, "spec")
+        has_policy = spec is not None and member(_object(spec, "spec", ConfigError), "metricCollectPolicy") is not None
         return cls(
-            name=_string(_member(metadata, "name"), "metadata.name"),
+            name=_string(member(metadata, "name"), "metadata.name"),
             collect_policy=NodeMetricCollectPolicy.from_spec(spec) if has_policy else None,
-            status=NodeMetricStatus.from_json(_member(obj, "status")),
+            status=NodeMetricStatus.from_json(member(obj, "status")),
         )

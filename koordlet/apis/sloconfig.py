@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar
 
 import yaml
 
+from koordlet.apis.gojson import member
 from koordlet.apis.nodeslo import (
     CPUBurstStrategy,
     HostApplicationSpec,
@@ -44,7 +45,6 @@ from koordlet.apis.nodeslo.fields import (
     int_field,
     list_field,
     map_field,
-    member,
     nested,
     show,
     str_field,

@@ -19,14 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TextIO
 
-from koordlet.cli.debugclient import ApiError, DaemonDown, DaemonTimeout, DebugClient, PermissionDenied
+from koordlet.cli.debugclient import ApiError, DaemonDown, DaemonTimeout, DebugClient
 from koordlet.cli.koordctl_cmds.flags import add_socket_flag, resolve_socket
 from koordlet.debugapi import contract
 
 EXIT_OK: Final = 0
-EXIT_FAILURE: Final = 1
-EXIT_NOT_RUNNING: Final = 3
-"""No koordlet answers on the debug socket, or this user may not open it (as every ``koordctl`` command)."""
 
 DEFAULT_INTERVAL_SECONDS: Final = 2.0
 DEFAULT_WINDOW_SECONDS: Final = 10.0
@@ -34,11 +31,6 @@ SORT_KEYS: Final = ("cpu", "memory", "name")
 KEY_SORTS: Final[Mapping[str, str]] = {"c": "cpu", "m": "memory", "n": "name"}
 FOOTER: Final = "q quit  c sort by CPU  m sort by memory  n sort by name"
 COLUMNS: Final = ("NAMESPACE", "NAME", "QOS", "CPU(cores)", "MEMORY", "CPU-SHARES", "QUOTA")
-
-
-def not_running_message(path: str) -> str:
-    return (f"koordlet is not running (no debug socket at {path}): start it with `systemctl start koordlet` "
-            "or `koordlet run --standalone`")
 
 
 class Getter(Protocol):
@@ -320,7 +312,8 @@ def _run_curses(args: argparse.Namespace, client: Getter, first: Snapshot) -> in
 
 
 def run_top(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Run ``koordctl top``; exit 3 when no koordlet answers on ``args.socket`` (or it may not be opened)."""
+    """Run ``koordctl top``.  A koordlet that does not answer at start raises the debug client's errors, which
+    ``koordctl``'s main maps to its exit codes and messages like every other command."""
     stream = out if out is not None else sys.stdout
     socket_path = resolve_socket(args.socket, os.environ)
     client = DebugClient(socket_path)
@@ -331,19 +324,3 @@ def run_top(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return _run_plain(args, client, first, stream, time.sleep)
     except KeyboardInterrupt:
         return EXIT_OK
-    except DaemonDown:
-        print(not_running_message(socket_path), file=sys.stderr)
-        return EXIT_NOT_RUNNING
-    except PermissionDenied:
-        print(f"cannot open {socket_path}: permission denied (the debug socket is root only: run koordctl as root)",
-              file=sys.stderr)
-        return EXIT_NOT_RUNNING
-    except DaemonTimeout as exc:
-        print(f"koordctl: {exc}", file=sys.stderr)
-        return EXIT_NOT_RUNNING
-    except ApiError as exc:
-        print(f"koordctl: error: {exc.message}", file=sys.stderr)
-        return EXIT_FAILURE
-    except OSError as exc:
-        print(f"koordctl: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE

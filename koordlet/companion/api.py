@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import secrets
-import stat
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -36,6 +35,7 @@ import grpc
 from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
 from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
 from koordlet.errors import KoordletError, ParseError
+from koordlet.system.unixsocket import remove_stale_socket
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,10 @@ class CompanionServer:
         unix_path = self.bind[len("unix:"):] if self.bind.startswith("unix:") else None
         if unix_path is not None:
             Path(unix_path).parent.mkdir(parents=True, exist_ok=True)
-            _remove_stale_socket(unix_path)
+            try:
+                remove_stale_socket(unix_path, "companion API socket")
+            except KoordletError as exc:
+                raise CompanionAPIError(str(exc)) from None
         try:
             if credentials is not None:
                 port = server.add_secure_port(self.bind, credentials)
@@ -356,14 +359,6 @@ class CompanionServer:
         self._server = None
         if self.bind.startswith("unix:"):
             with contextlib.suppress(OSError):
-                _remove_stale_socket(self.bind[len("unix:"):])
+                os.unlink(self.bind[len("unix:"):])
 
 
-def _remove_stale_socket(path: str) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise CompanionAPIError(f"companion API: {path} exists and is not a socket; refusing to replace it")
-    os.unlink(path)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from koordlet.apis.extension import ANNOTATION_NODE_RESERVATION, PriorityClass, QoSClass
+from koordlet.apis.gojson import member
 from koordlet.apis.nodemetric import NodeMetricStatus, PodMetricInfo, ResourceMap
 from koordlet.apis.pod import Pod
 from koordlet.apis.quantity import int_value, milli_value
@@ -223,14 +224,6 @@ def parse_cpuset(text: str) -> frozenset[int]:
     return frozenset(cpus)
 
 
-def _member(obj: Mapping[str, Any], key: str) -> Any:
-    # encoding/json matches struct fields case-insensitively.
-    if key in obj:
-        return obj[key]
-    for name, value in obj.items():
-        if name.casefold() == key.casefold():
-            return value
-    return None
 
 
 def parse_node_reservation(node_name: str, annotations: Mapping[str, str]) -> CPUMemory | None:
@@ -251,7 +244,7 @@ def parse_node_reservation(node_name: str, annotations: Mapping[str, str]) -> CP
     if not isinstance(obj, Mapping):
         raise ParseError(f"{where}: expected a JSON object, got {raw!r}")
     cpu, memory = 0, 0
-    resources = _member(obj, "resources")
+    resources = member(obj, "resources")
     if resources is not None:
         if not isinstance(resources, Mapping):
             raise ParseError(f"{where}: resources must be an object, got {resources!r}")
@@ -269,7 +262,7 @@ def parse_node_reservation(node_name: str, annotations: Mapping[str, str]) -> CP
                     milli_value(value)  # any resource must still decode as a Quantity
             except ParseError as exc:
                 raise ParseError(f"{where}: resources.{name}: {exc}") from None
-    reserved_cpus = _member(obj, "reservedCPUs")
+    reserved_cpus = member(obj, "reservedCPUs")
     if reserved_cpus is not None and not isinstance(reserved_cpus, str):
         raise ParseError(f"{where}: reservedCPUs must be a string, got {reserved_cpus!r}")
     if reserved_cpus:

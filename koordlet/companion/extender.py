@@ -72,6 +72,7 @@ from koordlet.apis.extension import (
     pod_qos,
     priority_class,
 )
+from koordlet.apis.gojson import member
 from koordlet.apis.nodemetric import (
     DEFAULT_REPORT_INTERVAL_SECONDS,
     AggregationType,
@@ -125,15 +126,6 @@ _DEFAULT_ESTIMATED_SCALING_FACTORS: Final = {_CPU: 85, _MEMORY: 70}
 
 # ---------------------------------------------------------------------------------------------- JSON helpers
 
-def _member(obj: Mapping[str, Any], key: str) -> Any:
-    """``obj[key]`` as Go's decoder finds a struct field: the exact key, else a case-insensitive match."""
-    if key in obj:
-        return obj[key]
-    folded = key.casefold()
-    for name, value in obj.items():
-        if isinstance(name, str) and name.casefold() == folded:
-            return value
-    return None
 
 
 def _mapping(value: Any, where: str, error: type[ValueError] = ConfigError) -> Mapping[str, Any]:
@@ -157,7 +149,7 @@ def _int_map(value: Any, where: str, low: int, high: int | None) -> dict[str, in
 
 
 def _bool(obj: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
-    value = _member(obj, key)
+    value = member(obj, key)
     if value is None:
         return default
     if not isinstance(value, bool):
@@ -225,14 +217,14 @@ class AggregatedArgs:
     def from_json(cls, obj: Any, where: str) -> AggregatedArgs:
         obj = _mapping(obj, where)
         return cls(
-            usage_thresholds=_int_map(_member(obj, "usageThresholds"), f"{where}.usageThresholds", 0, 100),
-            usage_aggregation_type=_aggregation_type(_member(obj, "usageAggregationType"),
+            usage_thresholds=_int_map(member(obj, "usageThresholds"), f"{where}.usageThresholds", 0, 100),
+            usage_aggregation_type=_aggregation_type(member(obj, "usageAggregationType"),
                                                      f"{where}.usageAggregationType"),
-            usage_aggregated_duration_seconds=_duration_seconds(_member(obj, "usageAggregatedDuration"),
+            usage_aggregated_duration_seconds=_duration_seconds(member(obj, "usageAggregatedDuration"),
                                                                 f"{where}.usageAggregatedDuration"),
-            score_aggregation_type=_aggregation_type(_member(obj, "scoreAggregationType"),
+            score_aggregation_type=_aggregation_type(member(obj, "scoreAggregationType"),
                                                      f"{where}.scoreAggregationType"),
-            score_aggregated_duration_seconds=_duration_seconds(_member(obj, "scoreAggregatedDuration"),
+            score_aggregated_duration_seconds=_duration_seconds(member(obj, "scoreAggregatedDuration"),
                                                                 f"{where}.scoreAggregatedDuration"),
         )
 
@@ -279,21 +271,21 @@ class LoadAwareArgs:
         As upstream: empty ``resourceWeights``/``usageThresholds`` take the defaults, and
         ``estimatedScalingFactors`` is completed resource by resource."""
         obj = _mapping(obj, where)
-        kind = _member(obj, "kind")
+        kind = member(obj, "kind")
         if kind not in (None, ARGS_KIND):
             raise ConfigError(f"{where}.kind: expected {ARGS_KIND}, got {kind!r}")
-        expiration = _member(obj, "nodeMetricExpirationSeconds")
+        expiration = member(obj, "nodeMetricExpirationSeconds")
         if expiration is None:
             expiration = 180
         elif isinstance(expiration, bool) or not isinstance(expiration, int):
             raise ConfigError(f"{where}.nodeMetricExpirationSeconds: expected an integer, got {expiration!r}")
         elif expiration <= 0:
             raise ConfigError(f"{where}.nodeMetricExpirationSeconds: must be positive, got {expiration}")
-        weights = _int_map(_member(obj, "resourceWeights"), f"{where}.resourceWeights", 1, 100)
-        thresholds = _int_map(_member(obj, "usageThresholds"), f"{where}.usageThresholds", 0, 100)
+        weights = _int_map(member(obj, "resourceWeights"), f"{where}.resourceWeights", 1, 100)
+        thresholds = _int_map(member(obj, "usageThresholds"), f"{where}.usageThresholds", 0, 100)
         factors = dict(_DEFAULT_ESTIMATED_SCALING_FACTORS)
-        factors.update(_int_map(_member(obj, "estimatedScalingFactors"), f"{where}.estimatedScalingFactors", 0, 100))
-        aggregated = _member(obj, "aggregated")
+        factors.update(_int_map(member(obj, "estimatedScalingFactors"), f"{where}.estimatedScalingFactors", 0, 100))
+        aggregated = member(obj, "aggregated")
         return cls(
             filter_expired_node_metrics=_bool(obj, "filterExpiredNodeMetrics", where, True),
             node_metric_expiration_seconds=expiration,
@@ -301,7 +293,7 @@ class LoadAwareArgs:
                                                             False),
             resource_weights=weights or dict(_DEFAULT_RESOURCE_WEIGHTS),
             usage_thresholds=thresholds or dict(_DEFAULT_USAGE_THRESHOLDS),
-            prod_usage_thresholds=_int_map(_member(obj, "prodUsageThresholds"), f"{where}.prodUsageThresholds",
+            prod_usage_thresholds=_int_map(member(obj, "prodUsageThresholds"), f"{where}.prodUsageThresholds",
                                            0, 100),
             score_according_prod_usage=_bool(obj, "scoreAccordingProdUsage", where, False),
             estimated_scaling_factors=factors,
@@ -336,11 +328,11 @@ class LoadAwareArgs:
 def _find_args(document: Any, where: str) -> tuple[str, Any] | None:
     if not isinstance(document, Mapping):
         return None
-    kind = _member(document, "kind")
+    kind = member(document, "kind")
     if kind == ARGS_KIND:
         return where, document
     if kind == "ConfigMap":
-        for key, value in _mapping(_member(document, "data"), f"{where}.data").items():
+        for key, value in _mapping(member(document, "data"), f"{where}.data").items():
             if isinstance(value, str):
                 try:
                     inner = yaml.safe_load("\n".join(ln for ln in value.splitlines() if ln.strip() != "..."))
@@ -350,13 +342,13 @@ def _find_args(document: Any, where: str) -> tuple[str, Any] | None:
                 if found is not None:
                     return found
         return None
-    profiles = _member(document, "profiles")
+    profiles = member(document, "profiles")
     if isinstance(profiles, list):
         for i, profile in enumerate(profiles):
-            plugin_config = _member(profile, "pluginConfig") if isinstance(profile, Mapping) else None
+            plugin_config = member(profile, "pluginConfig") if isinstance(profile, Mapping) else None
             for j, entry in enumerate(plugin_config if isinstance(plugin_config, list) else ()):
-                if isinstance(entry, Mapping) and _member(entry, "name") == PLUGIN_NAME:
-                    return f"{where}.profiles[{i}].pluginConfig[{j}].args", _member(entry, "args") or {}
+                if isinstance(entry, Mapping) and member(entry, "name") == PLUGIN_NAME:
+                    return f"{where}.profiles[{i}].pluginConfig[{j}].args", member(entry, "args") or {}
     return None
 
 
@@ -412,18 +404,18 @@ def _pod_resources(spec: Mapping[str, Any], key: str, where: str) -> dict[str, i
     containers, raised to the largest init container (restartable sidecars run alongside everything
     started after them), plus the pod overhead."""
     total: dict[str, int] = {}
-    containers = _member(spec, "containers") or []
+    containers = member(spec, "containers") or []
     for i, container in enumerate(containers):
-        resources = _mapping(_member(_mapping(container, f"{where}.containers[{i}]", ParseError), "resources"),
+        resources = _mapping(member(_mapping(container, f"{where}.containers[{i}]", ParseError), "resources"),
                              f"{where}.containers[{i}].resources", ParseError)
-        _add(total, _resource_list(_member(resources, key), f"{where}.containers[{i}].resources.{key}"))
+        _add(total, _resource_list(member(resources, key), f"{where}.containers[{i}].resources.{key}"))
     init_max: dict[str, int] = {}
     sidecars: dict[str, int] = {}
-    for i, container in enumerate(_member(spec, "initContainers") or []):
+    for i, container in enumerate(member(spec, "initContainers") or []):
         container = _mapping(container, f"{where}.initContainers[{i}]", ParseError)
-        resources = _mapping(_member(container, "resources"), f"{where}.initContainers[{i}].resources", ParseError)
-        values = _resource_list(_member(resources, key), f"{where}.initContainers[{i}].resources.{key}")
-        if _member(container, "restartPolicy") == "Always":
+        resources = _mapping(member(container, "resources"), f"{where}.initContainers[{i}].resources", ParseError)
+        values = _resource_list(member(resources, key), f"{where}.initContainers[{i}].resources.{key}")
+        if member(container, "restartPolicy") == "Always":
             _add(total, values)
             _add(sidecars, values)
             _max_into(init_max, sidecars)
@@ -432,7 +424,7 @@ def _pod_resources(spec: Mapping[str, Any], key: str, where: str) -> dict[str, i
             _add(running, sidecars)
             _max_into(init_max, running)
     _max_into(total, init_max)
-    overhead = _resource_list(_member(spec, "overhead"), f"{where}.overhead")
+    overhead = _resource_list(member(spec, "overhead"), f"{where}.overhead")
     if key == "requests":
         _add(total, overhead)
     else:
@@ -446,19 +438,19 @@ def parse_pod(obj: Any, where: str = "Pod") -> PodInfo:
     pod = _mapping(obj, where, ParseError)
     if not pod:
         raise ParseError(f"{where}: missing")
-    metadata = _mapping(_member(pod, "metadata"), f"{where}.metadata", ParseError)
-    spec = _mapping(_member(pod, "spec"), f"{where}.spec", ParseError)
-    status = _mapping(_member(pod, "status"), f"{where}.status", ParseError)
-    labels = _mapping(_member(metadata, "labels"), f"{where}.metadata.labels", ParseError)
+    metadata = _mapping(member(pod, "metadata"), f"{where}.metadata", ParseError)
+    spec = _mapping(member(pod, "spec"), f"{where}.spec", ParseError)
+    status = _mapping(member(pod, "status"), f"{where}.status", ParseError)
+    labels = _mapping(member(metadata, "labels"), f"{where}.metadata.labels", ParseError)
     requests = _pod_resources(spec, "requests", f"{where}.spec")
     limits = _pod_resources(spec, "limits", f"{where}.spec")
 
-    raw_priority = _member(spec, "priority")
+    raw_priority = member(spec, "priority")
     priority = priority_class(raw_priority if isinstance(raw_priority, int) else None,
                               {str(k): str(v) for k, v in labels.items()})
     if priority is PriorityClass.NONE:
         # GetPodQoSClassWithDefault, then prod for everything but BE.
-        kube_qos_text = _member(status, "qosClass")
+        kube_qos_text = member(status, "qosClass")
         try:
             kube_qos = KubeQoS(kube_qos_text) if kube_qos_text else None
         except ValueError:
@@ -469,31 +461,31 @@ def parse_pod(obj: Any, where: str = "Pod") -> PodInfo:
         qos = pod_qos({str(k): str(v) for k, v in labels.items()}, kube_qos)
         priority = PriorityClass.BATCH if qos is QoSClass.BE else PriorityClass.PROD
 
-    owners = _member(metadata, "ownerReferences") or []
-    daemonset = any(isinstance(o, Mapping) and _member(o, "kind") == "DaemonSet" for o in owners)
+    owners = member(metadata, "ownerReferences") or []
+    daemonset = any(isinstance(o, Mapping) and member(o, "kind") == "DaemonSet" for o in owners)
     scheduled: float | None = None
-    for condition in _member(status, "conditions") or []:
-        if (isinstance(condition, Mapping) and _member(condition, "type") == "PodScheduled"
-                and _member(condition, "status") == "True"):
-            text = _member(condition, "lastTransitionTime")
+    for condition in member(status, "conditions") or []:
+        if (isinstance(condition, Mapping) and member(condition, "type") == "PodScheduled"
+                and member(condition, "status") == "True"):
+            text = member(condition, "lastTransitionTime")
             if isinstance(text, str) and text:
                 try:
                     scheduled = parse_time(text)
                 except ValueError as exc:
                     raise ParseError(f"{where}.status.conditions: {exc}") from None
-    namespace = str(_member(metadata, "namespace") or "")
-    name = str(_member(metadata, "name") or "")
+    namespace = str(member(metadata, "namespace") or "")
+    name = str(member(metadata, "name") or "")
     return PodInfo(
-        uid=str(_member(metadata, "uid") or f"{namespace}/{name}"),
+        uid=str(member(metadata, "uid") or f"{namespace}/{name}"),
         namespace=namespace,
         name=name,
         priority=priority,
         daemonset=daemonset,
         requests=requests,
         limits=limits,
-        node_name=str(_member(spec, "nodeName") or ""),
+        node_name=str(member(spec, "nodeName") or ""),
         scheduled_time=scheduled,
-        terminated=_member(status, "phase") in ("Succeeded", "Failed"),
+        terminated=member(status, "phase") in ("Succeeded", "Failed"),
     )
 
 
@@ -556,15 +548,15 @@ def _profile(args: LoadAwareArgs, annotation: str | None) -> _Profile:
         try:
             custom = _mapping(json.loads(annotation), ANNOTATION_CUSTOM_USAGE_THRESHOLDS)
             where = ANNOTATION_CUSTOM_USAGE_THRESHOLDS
-            custom_usage = _int_map(_member(custom, "usageThresholds"), f"{where}.usageThresholds", 0, 2**63 - 1)
-            custom_prod = _int_map(_member(custom, "prodUsageThresholds"), f"{where}.prodUsageThresholds",
+            custom_usage = _int_map(member(custom, "usageThresholds"), f"{where}.usageThresholds", 0, 2**63 - 1)
+            custom_prod = _int_map(member(custom, "prodUsageThresholds"), f"{where}.prodUsageThresholds",
                                    0, 2**63 - 1)
-            custom_agg = _mapping(_member(custom, "aggregatedUsage"), f"{where}.aggregatedUsage")
-            agg_usage = _int_map(_member(custom_agg, "usageThresholds"), f"{where}.aggregatedUsage.usageThresholds",
+            custom_agg = _mapping(member(custom, "aggregatedUsage"), f"{where}.aggregatedUsage")
+            agg_usage = _int_map(member(custom_agg, "usageThresholds"), f"{where}.aggregatedUsage.usageThresholds",
                                  0, 2**63 - 1)
-            agg_kind = _aggregation_type(_member(custom_agg, "usageAggregationType"),
+            agg_kind = _aggregation_type(member(custom_agg, "usageAggregationType"),
                                          f"{where}.aggregatedUsage.usageAggregationType")
-            agg_seconds = _duration_seconds(_member(custom_agg, "usageAggregatedDuration"),
+            agg_seconds = _duration_seconds(member(custom_agg, "usageAggregatedDuration"),
                                             f"{where}.aggregatedUsage.usageAggregatedDuration")
         except (ValueError, TypeError) as exc:
             log.debug("ignoring node usage-thresholds annotation", extra={"reason": str(exc)})
@@ -738,13 +730,13 @@ class NodeStore:
     def update_node_json(self, node: Any) -> None:
         """:meth:`update_node` from a ``v1.Node`` object."""
         node = _mapping(node, "Node", ParseError)
-        metadata = _mapping(_member(node, "metadata"), "Node.metadata", ParseError)
-        name = _member(metadata, "name")
+        metadata = _mapping(member(node, "metadata"), "Node.metadata", ParseError)
+        name = member(metadata, "name")
         if not isinstance(name, str) or not name:
             raise ParseError("Node.metadata.name: missing")
-        status = _mapping(_member(node, "status"), f"Node {name}.status", ParseError)
-        self.update_node(name, _mapping(_member(status, "allocatable"), f"Node {name}.status.allocatable", ParseError),
-                         _mapping(_member(metadata, "annotations"), f"Node {name}.metadata.annotations", ParseError))
+        status = _mapping(member(node, "status"), f"Node {name}.status", ParseError)
+        self.update_node(name, _mapping(member(status, "allocatable"), f"Node {name}.status.allocatable", ParseError),
+                         _mapping(member(metadata, "annotations"), f"Node {name}.metadata.annotations", ParseError))
 
     def remove_node(self, name: str) -> None:
         with self._lock:
@@ -872,12 +864,12 @@ class NodeStore:
     def _node_signature(item: Any, where: str) -> tuple[str, tuple[Any, ...]]:
         """The slow, case-insensitive and type-checked reading of a Node for :meth:`sync_nodes`."""
         item = _mapping(item, where, ParseError)
-        metadata = _mapping(_member(item, "metadata"), f"{where}.metadata", ParseError)
-        name = _member(metadata, "name")
-        status = _mapping(_member(item, "status"), f"{where}.status", ParseError)
-        allocatable = _mapping(_member(status, "allocatable"), f"{where}.status.allocatable", ParseError)
-        annotations = _mapping(_member(metadata, "annotations"), f"{where}.metadata.annotations", ParseError)
-        return name, (_member(allocatable, _CPU), _member(allocatable, _MEMORY),
+        metadata = _mapping(member(item, "metadata"), f"{where}.metadata", ParseError)
+        name = member(metadata, "name")
+        status = _mapping(member(item, "status"), f"{where}.status", ParseError)
+        allocatable = _mapping(member(status, "allocatable"), f"{where}.status.allocatable", ParseError)
+        annotations = _mapping(member(metadata, "annotations"), f"{where}.metadata.annotations", ParseError)
+        return name, (member(allocatable, _CPU), member(allocatable, _MEMORY),
                       annotations.get(ANNOTATION_CUSTOM_USAGE_THRESHOLDS),
                       annotations.get(ANNOTATION_NODE_RAW_ALLOCATABLE))
 
@@ -1085,15 +1077,15 @@ class LoadAwareExtender:
     def _decode(self, body: Any) -> tuple[PodInfo, list[str], list[NodeView | None], list[Any] | None]:
         """The pod, the candidate names and their views, and the NodeList items when the request has them."""
         args = _mapping(body, "ExtenderArgs", ParseError)
-        pod = parse_pod(_member(args, "Pod"))
-        nodes = _member(args, "Nodes")
+        pod = parse_pod(member(args, "Pod"))
+        nodes = member(args, "Nodes")
         if nodes is not None:
-            items = _member(_mapping(nodes, "ExtenderArgs.Nodes", ParseError), "items") or []
+            items = member(_mapping(nodes, "ExtenderArgs.Nodes", ParseError), "items") or []
             if not isinstance(items, list):
                 raise ParseError("ExtenderArgs.Nodes.items: expected a list")
             names, views = self.store.sync_nodes(items)
             return pod, names, views, items
-        names = _member(args, "NodeNames")
+        names = member(args, "NodeNames")
         if names is None:
             raise ParseError("ExtenderArgs: neither Nodes nor NodeNames is set")
         if not isinstance(names, list) or not all(type(n) is str for n in names):

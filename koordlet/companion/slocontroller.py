@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from koordlet.apis.nodeslo.fields import member
+from koordlet.apis.gojson import member
 from koordlet.apis.sloconfig import (
     COLOCATION_CONFIG_KEY,
     ColocationStrategy,

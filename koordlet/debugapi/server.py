@@ -9,14 +9,11 @@ other file in its place stops the start-up.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import logging
 import os
 import socket
 import socketserver
-import stat
 import sys
 import threading
 import time
@@ -42,6 +39,7 @@ from koordlet.system.cgroupfile import FileKind
 from koordlet.system.layout import CgroupLayout, clean_rel_dir
 from koordlet.system.probes import ProbeResult
 from koordlet.system.resources import REGISTRY
+from koordlet.system.unixsocket import remove_stale_socket
 from koordlet.system.validators import format_cpulist
 
 log = logging.getLogger(__name__)
@@ -574,28 +572,8 @@ class DebugServer(ThreadingHTTPServer):
         parent = os.path.dirname(self.socket_path) or "."
         if not os.path.isdir(parent):
             os.makedirs(parent, mode=0o700, exist_ok=True)
-        try:
-            st = os.lstat(self.socket_path)
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(st.st_mode):
-            raise KoordletError(f"debug socket {self.socket_path}: exists and is not a socket; refusing to "
-                                "replace it (remove it or set --debug-socket)")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.settimeout(1.0)
-            probe.connect(self.socket_path)
-        except OSError as exc:
-            if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
-                raise KoordletError(f"debug socket {self.socket_path}: cannot tell whether it is in use: "
-                                    f"{exc}") from exc
-        else:
-            raise KoordletError(f"debug socket {self.socket_path}: another process serves it (another koordlet?)")
-        finally:
-            probe.close()
-        log.info("removing a stale debug socket", extra={"socket": self.socket_path})
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
+        # --debug-socket= turns it off when another koordlet (or anything else) holds the path.
+        remove_stale_socket(self.socket_path, "debug socket")
 
     def _remove_own_socket(self) -> None:
         # Only the socket this server made: a successor may already have replaced it.

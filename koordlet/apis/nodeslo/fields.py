@@ -266,16 +266,6 @@ def str_map_field(json_name: str) -> Any:
     return _spec(json_name, parse, lambda value: dict(value))
 
 
-def member(obj: Mapping[str, Any], json_name: str) -> Any:
-    """``obj[json_name]`` found the way encoding/json finds a struct field: exact key, else case-folded."""
-    if json_name in obj:
-        return obj[json_name]
-    folded = json_name.casefold()
-    found = None
-    for key, value in obj.items():
-        if isinstance(key, str) and key.casefold() == folded:
-            found = value
-    return found
 
 
 class JsonObject:

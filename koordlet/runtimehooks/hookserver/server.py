@@ -32,6 +32,7 @@ from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
 from koordlet.runtimehooks.framework import failure_policy as parse_failure_policy
 from koordlet.runtimehooks.hookserver import convert
+from koordlet.system.unixsocket import remove_stale_socket
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +94,6 @@ class _Servicer(api_pb2_grpc.RuntimeHookServiceServicer):
         return self._container("PreUpdateContainerResourcesHook", request, context)
 
 
-def _remove_stale_socket(path: str) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise KoordletError(f"runtime hook server: {path} exists and is not a socket; refusing to replace it")
-    os.unlink(path)
 
 
 def write_registration(directory: str, endpoint: str, policy: str) -> str:
@@ -145,7 +138,7 @@ class HookServer:
         if self._server is not None:
             raise KoordletError("runtime hook server: already started")
         os.makedirs(os.path.dirname(self.socket_path), exist_ok=True)
-        _remove_stale_socket(self.socket_path)
+        remove_stale_socket(self.socket_path, "runtime hook server")
         server = grpc.server(ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="hookserver"))
         api_pb2_grpc.add_RuntimeHookServiceServicer_to_server(  # type: ignore[no-untyped-call]
             _Servicer(self.runner, self._applier), server)
