@@ -4,8 +4,6 @@ reports reach the companion, and a restart while the companion is away keeps the
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +16,7 @@ from koordlet.errors import ConfigError
 from koordlet.statesinformer.nodemetric import NodeMetricRunner
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-    return value
+from tests.fixtures.waiting import wait_until
 
 
 def config(tmp_path: Path, port: int, extra: str = "") -> Path:

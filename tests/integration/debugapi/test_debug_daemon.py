@@ -6,8 +6,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,12 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from tests.fixtures.debugclient import get
 from tests.fixtures.realcgroup import CGROUP_ROOT, RealCgroups
+from tests.fixtures.waiting import wait_until
 
 SLEEP = "import signal; signal.pause()"
 V1_UNLIMITED_FLOOR = 1 << 62
 
 
-def wait_for(predicate: Callable[[], Any], seconds: float, what: str) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 @pytest.fixture
@@ -94,7 +86,7 @@ def test_debug_api_of_a_running_agent(real_cgroups: RealCgroups, tmp_path: Path,
             found = {p["uid"]: p for p in doc["pods"] if p["uid"] in (ls_uid, be_uid)}
             return found if len(found) == 2 else {}
 
-        pods = wait_for(our_pods, 15, "both test pods in /v1/pods")
+        pods = wait_until("both test pods in /v1/pods", our_pods, 15)
         ls, be = pods[ls_uid], pods[be_uid]
         assert (ls["qos"], ls["kube_qos"], ls["source"]) == ("LS", "Burstable", "kubepods")
         assert (be["qos"], be["kube_qos"]) == ("BE", "BestEffort")
@@ -116,7 +108,7 @@ def test_debug_api_of_a_running_agent(real_cgroups: RealCgroups, tmp_path: Path,
             _, doc = get(path, contract.METRICS + "?window=30")
             return doc if doc["node"] is not None and doc["node"]["cpu_cores"] is not None else None
 
-        metrics = wait_for(node_usage, 15, "node usage in /v1/metrics")
+        metrics = wait_until("node usage in /v1/metrics", node_usage, 15)
         assert metrics["window_seconds"] == 30
         assert metrics["node"]["cpu_cores"] >= 0 and metrics["node"]["memory_bytes"] > 0
         assert {p["name"] for p in metrics["pods"]} >= {f"pod{ls_uid}", f"pod{be_uid}"}

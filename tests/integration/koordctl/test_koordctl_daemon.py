@@ -11,8 +11,7 @@ import os
 import secrets
 import shutil
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,12 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from koordlet.version import __version__
 from tests.fixtures.realcgroup import RealCgroups
+from tests.fixtures.waiting import wait_until
 from tests.integration.koordctl.test_top_tmux import Tmux, top_command
 
 SLEEP = "import signal; signal.pause()"
 
 
-def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 def koordctl(socket_path: str, *argv: str) -> tuple[int, str]:
@@ -89,7 +82,7 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
     for component in agent.components:
         component.start(lambda exc: None)
     try:
-        wait_for(lambda: os.path.exists(sock), 10, f"the debug socket {sock}")
+        wait_until(f"the debug socket {sock}", lambda: os.path.exists(sock), 10)
 
         status = document(sock, "status")
         assert (status["mode"], status["pid"], status["version"]) == ("standalone", os.getpid(), __version__)
@@ -100,7 +93,7 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
             return {p["cgroup_dir"]: p for p in pods if p["cgroup_dir"] in (f"{prefix}/{ls_pod_dir}",
                                                                              f"{prefix}/{be_pod_dir}")}
 
-        wait_for(lambda: len(our_pods()) == 2, 15, "both test pods in koordctl pods")
+        wait_until("both test pods in koordctl pods", lambda: len(our_pods()) == 2, 15)
 
         def file(subsystem: str, rel: str, name: str) -> str:
             return (real_cgroups.path(subsystem, rel) / name).read_text().strip()
@@ -131,7 +124,7 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
 
         # The QoS manager may rewrite a BE value between a read of the API and of the file: retry.
         try:
-            wait_for(pods_match_files, 10, "koordctl pods to show the cgroup files' values")
+            wait_until("koordctl pods to show the cgroup files' values", pods_match_files, 10)
         except AssertionError as exc:
             raise AssertionError(f"{exc}: {mismatch}") from None
         pods = our_pods()
@@ -166,7 +159,7 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
             metrics = document(sock, "metrics", "--window", "30")
             names = {p["name"] for p in metrics["pods"]}
             return metrics["window_seconds"] == 30 and {ls_pod["name"], be_pod["name"]} <= names
-        wait_for(metrics_have_our_pods, 15, "koordctl metrics to list the test pods")
+        wait_until("koordctl metrics to list the test pods", metrics_have_our_pods, 15)
 
         slo = document(sock, "slo")
         assert slo["rejected"] is None

@@ -13,8 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from koordlet.runtimehooks.framework import Hook, HookContext, HookRunner, Stage
 from koordlet.runtimehooks.hooks import build_hooks
 from koordlet.runtimehooks.nri.plugin import NriPlugin
 from tests.fixtures.containerd import Containerd, CriClient, cgroup_dir, read_container_cgroup, unique_pod_uid
+from tests.fixtures.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BE_SPEC = json.dumps({"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"},
@@ -38,15 +38,6 @@ BE_ANNOTATIONS = {"node.koordinator.sh/extended-resource-spec": BE_SPEC}
 SLEEP = ["/bin/sleep", "3600"]
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def be_pod(client: CriClient, name: str) -> tuple[str, str, str]:

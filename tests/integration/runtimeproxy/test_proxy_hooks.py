@@ -34,6 +34,7 @@ from koordlet.runtimehooks.hooks import build_hooks
 from koordlet.runtimehooks.hookserver.server import HookServer
 from runtimeproxy.server import Proxy, ProxyOptions
 from tests.fixtures.containerd import Containerd, CriClient, read_container_cgroup, unique_pod_uid
+from tests.fixtures.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BE_SPEC = json.dumps({"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"},
@@ -45,13 +46,6 @@ SLEEP = ["/bin/sleep", "3600"]
 ORIGINAL = cri.LinuxContainerResources(cpu_shares=2, cpu_period=100_000)
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 @dataclass

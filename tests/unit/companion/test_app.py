@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from koordlet.companion.app import Companion, CompanionOptions
 from koordlet.qosmanager.evictor import CompanionEvictionAPI, EvictionFailed
 from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
+from tests.fixtures.waiting import wait_until
 
 TOKEN = "s3cret-token"
 
@@ -26,12 +27,6 @@ def configmap(percent: int, report_seconds: int = 60) -> str:
     return f"data:\n  resource-threshold-config: '{threshold}'\n  colocation-config: '{colocation}'\n"
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-    return value
 
 
 def threshold(holder: NodeSLOHolder) -> int | None:

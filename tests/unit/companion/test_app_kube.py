@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from koordlet.qosmanager.evictor import CompanionEvictionAPI, EvictionFailed
 from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
 from tests.fixtures.fakeapiserver import make_configmap, make_node
+from tests.fixtures.waiting import wait_until
 
 NS = "koordinator-system"
 CM = "slo-controller-config"
@@ -29,12 +30,6 @@ OUTAGE_SECONDS = float(os.environ.get("KOORDLET_COMPANION_OUTAGE_SECONDS", "5"))
 """How long the companion stays down in the outage test (the acceptance figure, 300 s, is run by hand)."""
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-    return value
 
 
 def cm_data(percent: int) -> dict[str, str]:
