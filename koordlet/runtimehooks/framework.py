@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import json
 import logging
 import threading
 import time
@@ -72,6 +73,15 @@ MAPS = frozenset({"env", "annotations", "unified"})
 """Keyed fields: each key (``env`` ``FOO``) is owned separately, so two hooks may add different keys."""
 WRITE_PREFIX = "cgroup."
 """Owner key prefix of a cgroup write (``cgroup.cpu_idle``)."""
+
+
+def load_json(text: str, where: str) -> Any:
+    """An annotation's JSON; raises :class:`KoordletError` naming ``where`` (the pod and the annotation) when
+    it is not JSON, so a hook refuses garbage before it sets anything."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise KoordletError(f"{where}: not JSON: {exc}") from None
 
 
 class HookConflict(KoordletError):

@@ -15,12 +15,10 @@ since CRI requests drop extended resources.  A container with no batch resource 
 
 from __future__ import annotations
 
-import json
-
 from koordlet.apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, QoSClass
 from koordlet.apis.pod import Container, Pod, Resources, resources_from_json
 from koordlet.errors import KoordletError, ParseError
-from koordlet.runtimehooks.framework import Hook, HookContext, Stage
+from koordlet.runtimehooks.framework import Hook, HookContext, Stage, load_json
 
 NAME = "batchresource"
 STAGES = frozenset({Stage.PRE_CREATE_CONTAINER, Stage.PRE_UPDATE_CONTAINER_RESOURCES})
@@ -53,10 +51,7 @@ def batch_resources(pod: Pod, container: Container) -> tuple[Resources, Resource
     if not raw:
         return None
     where = f"pod {pod.key}: annotation {ANNOTATION_EXTENDED_RESOURCE_SPEC}"
-    try:
-        spec = json.loads(raw)
-    except ValueError as exc:
-        raise KoordletError(f"{where}: not JSON: {exc}") from None
+    spec = load_json(raw, where)
     containers = spec.get("containers") if isinstance(spec, dict) else None
     if not isinstance(containers, dict):
         raise KoordletError(f"{where}: expected {{\"containers\": {{...}}}}")

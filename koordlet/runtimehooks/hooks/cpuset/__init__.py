@@ -25,14 +25,13 @@ anything is set, so nothing is half-applied.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from koordlet.apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_QOS, QoSClass, qos_from_label
 from koordlet.apis.pod import Pod
 from koordlet.errors import KoordletError
-from koordlet.runtimehooks.framework import Hook, HookContext, Stage
+from koordlet.runtimehooks.framework import Hook, HookContext, Stage, load_json
 from koordlet.system.kubepaths import KubeQoS
 from koordlet.system.validators import parse_cpulist
 
@@ -83,10 +82,7 @@ def resource_status(pod: Pod) -> ResourceStatus:
     if not raw:
         return ResourceStatus()
     where = f"pod {pod.key}: annotation {ANNOTATION_RESOURCE_STATUS}"
-    try:
-        status = json.loads(raw)
-    except ValueError as exc:
-        raise KoordletError(f"{where}: not JSON: {exc}") from None
+    status = load_json(raw, where)
     if not isinstance(status, dict):
         raise KoordletError(f"{where}: expected a JSON object")
     cpuset = status.get("cpuset")
@@ -111,10 +107,7 @@ def resource_status(pod: Pod) -> ResourceStatus:
 def shared_pools(raw: str, pod: Pod) -> list[SharedPool]:
     """The node's ``cpu-shared-pools`` annotation; errors name the pod being handled and the annotation."""
     where = f"pod {pod.key}: node annotation {ANNOTATION_NODE_CPU_SHARED_POOLS}"
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise KoordletError(f"{where}: not JSON: {exc}") from None
+    value = load_json(raw, where)
     if not isinstance(value, list):
         raise KoordletError(f"{where}: expected a JSON list")
     pools: list[SharedPool] = []

@@ -35,7 +35,6 @@ so switching the class off undoes it.  Non-BE pods are left alone, and so is eve
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -44,7 +43,7 @@ from koordlet.apis.nodeslo import CPUQOSCfg, NodeSLOSpec, ResourceQOS, default_r
 from koordlet.apis.pod import Pod
 from koordlet.errors import KoordletError
 from koordlet.runtimehooks.deps import HookDeps
-from koordlet.runtimehooks.framework import Hook, HookContext, HookRequest, Stage
+from koordlet.runtimehooks.framework import Hook, HookContext, HookRequest, Stage, load_json
 from koordlet.system.kubepaths import KubeQoS
 
 NAME = "groupidentity"
@@ -121,10 +120,7 @@ def pod_cpu_qos(pod: Pod) -> CPUQOSCfg | None:
     if text is None:
         return None
     where = f"pod {pod.key}: annotation {ANNOTATION_CPU_QOS}"
-    try:
-        raw = json.loads(text)
-    except ValueError as exc:
-        raise KoordletError(f"{where}: not JSON: {exc}") from None
+    raw = load_json(text, where)
     try:
         return CPUQOSCfg.from_json(raw, where="cpuQOS")
     except KoordletError as exc:

@@ -19,12 +19,11 @@ runtime manages the pause container's value), which the container-only stage ens
 
 from __future__ import annotations
 
-import json
 import re
 
 from koordlet.apis.pod import Pod
 from koordlet.errors import KoordletError
-from koordlet.runtimehooks.framework import Hook, HookContext, Stage
+from koordlet.runtimehooks.framework import Hook, HookContext, Stage, load_json
 
 NAME = "oomscoreadj"
 STAGES = frozenset({Stage.PRE_CREATE_CONTAINER})
@@ -48,10 +47,7 @@ def oom_score_adj(pod: Pod, container: str) -> int | None:
     spec = pod.annotations.get(ANNOTATION_OOM_SCORE_ADJ_SPEC)
     if spec:
         where = f"pod {pod.key}: annotation {ANNOTATION_OOM_SCORE_ADJ_SPEC}"
-        try:
-            values = json.loads(spec)
-        except ValueError as exc:
-            raise KoordletError(f"{where}: not JSON: {exc}") from None
+        values = load_json(spec, where)
         if not isinstance(values, dict):
             raise KoordletError(f"{where}: expected a JSON object of container name to integer")
         if container in values:
