@@ -24,7 +24,9 @@ from koordlet.system.layout import detect_layout
 from koordlet.system.node import NodeInfo, read_node_info
 from tests.fixtures.realcgroup import RealCgroups
 
-BUSY = "while True: pass"
+# The interpreter starts before it is attached, so its pages stay charged to the parent memory cgroup (v1 does
+# not move charges): 4 MiB written after the attach give each container a memory usage of its own.
+BUSY = "ballast = b'x' * (4 << 20)\nwhile True: pass"
 
 
 @dataclass
