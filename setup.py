@@ -73,6 +73,8 @@ setup(
             # The committed protocol stubs are checked against proto/ (tests/unit/apis/test_proto.py).
             "grpcio-tools==1.85.1",
             "kubernetes-validate>=1.30",
+            # Boots the pure cgroup v2 guest of tests/vm (console script vng, with qemu and a Debian kernel).
+            "virtme-ng>=1.30",
         ],
         "lint": [
             "ruff>=0.5.0",

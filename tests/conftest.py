@@ -45,6 +45,16 @@ def pytest_configure(config: pytest.Config) -> None:
         "skips when not root, and under CI=true any skip of it fails the run",
     )
     config.addinivalue_line("markers", "bench: a benchmark (tests/bench); run by `tox -e bench`")
+    config.addinivalue_line(
+        "markers",
+        "cgroupv1: runs on a host whose cgroup controllers are v1 (this project's hosts boot hybrid); "
+        "deselected on a pure cgroup v2 host",
+    )
+    config.addinivalue_line(
+        "markers",
+        "cgroupv2: needs a pure cgroup v2 kernel; deselected elsewhere and run in the v2 guest "
+        "(python -m tests.vm, tox -e v2)",
+    )
     _check_tree_under_test()
 
 
@@ -80,6 +90,14 @@ def _is_under(path: Path, directory: Path) -> bool:
     return path == directory or directory in path.parents
 
 
+def host_cgroup_version(root: Path = Path("/sys/fs/cgroup")) -> int:
+    """2 when the cgroup root is a pure v2 hierarchy, 1 for v1 and hybrid hosts."""
+    return 2 if (root / "cgroup.controllers").is_file() else 1
+
+
+_DESELECTED_FOR_VERSION = pytest.StashKey[int]()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(item.path)
@@ -87,6 +105,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if _is_under(path, BENCH_DIR):
             item.add_marker(pytest.mark.bench)
+    # A test of the other cgroup version cannot run on this kernel at all: it is deselected, not skipped, and
+    # runs where that version is (v2 in the guest that `python -m tests.vm` boots, v1 on the hybrid hosts).
+    other = "cgroupv1" if host_cgroup_version() == 2 else "cgroupv2"
+    deselected = [item for item in items if item.get_closest_marker(other) is not None]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.get_closest_marker(other) is None]
+    config.stash[_DESELECTED_FOR_VERSION] = len(deselected)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    count = config.stash.get(_DESELECTED_FOR_VERSION, 0)
+    if count and host_cgroup_version() == 1:
+        terminalreporter.write_line(
+            f"{count} cgroup v2 tests deselected on this v1/hybrid host: they run in the v2 guest "
+            "(python -m tests.vm, tox -e v2)"
+        )
+    elif count:
+        terminalreporter.write_line(f"{count} cgroup v1 tests deselected on this pure cgroup v2 host")
 
 
 @pytest.hookimpl(tryfirst=True)

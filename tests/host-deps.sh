@@ -2,15 +2,16 @@
 # Install the Debian packages the integration tests drive for real: containerd + runc (the CRI backend of
 # the runtime proxy), busybox-static (the one binary in the locally built test image), iproute2, ipset and
 # iptables (network QoS inside the tests' own network namespaces), tmux (a real terminal for `koordctl top`,
-# tests/integration/koordctl), and kubectl when none is on PATH (Debian's
-# kubernetes-client; tests/integration/manifests renders manifests/ with `kubectl kustomize`).
+# tests/integration/koordctl), kubectl when none is on PATH (Debian's kubernetes-client;
+# tests/integration/manifests renders manifests/ with `kubectl kustomize`), and the v2 guest's qemu and
+# kernel (qemu-system-x86, linux-image-amd64; tests/vm boots it with virtme-ng, whose initramfs is busybox).
 #
 # As root: `apt-get update` once, then `apt-get install` of whatever is missing; nothing when all are
 # installed.  Not root: print what is missing and carry on - the integration tests skip then, and under
 # CI=true a skipped integration test fails the run (tests/conftest.py).
 set -euo pipefail
 
-packages=(containerd runc busybox-static iproute2 ipset iptables tmux zsh)
+packages=(containerd runc busybox-static iproute2 ipset iptables tmux zsh qemu-system-x86 linux-image-amd64)
 # Any kubectl will do (a newer one from elsewhere is kept); only a host without one gets Debian's.
 command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 

@@ -1,4 +1,5 @@
-"""The C core on this host's real cgroup v1 hierarchy, the unified (v2) PSI/perf files and /proc."""
+"""The C core on real cgroup files - the v1 hierarchy on the host, the pure v2 one in the guest - plus the
+unified PSI/perf files and /proc."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ import pytest
 
 from koordlet import native
 from koordlet import native_ref as ref
-from tests.fixtures.realcgroup import RealCgroups
+from tests.fixtures.realcgroup import ONLY_V1, RealCgroups
 
 pytestmark = pytest.mark.integration
 
 BUSY = "while True: pass"
 
-# Files a container cgroup has in each v1 subsystem, with how to parse them.  Everything here is stable
-# for a cgroup with no tasks, so C and Python must read the same values.
-STATIC_FILES = [
+# Files a container cgroup has in each v1 subsystem / v2 controller, with how to parse them.  Everything here
+# is stable for a cgroup with no tasks, so C and Python must read the same values.
+STATIC_FILES_V1 = [
     ("cpuacct", "cpuacct.usage", native.Kind.INT, None),
     ("cpu", "cpu.stat", native.Kind.KV, ["nr_periods", "nr_throttled", "throttled_time", "nr_bursts"]),
     ("cpu", "cpu.cfs_quota_us", native.Kind.INT, None),
@@ -39,6 +40,22 @@ STATIC_FILES = [
     ("memory", "memory.usage_in_bytes", native.Kind.INT, None),
     ("memory", "memory.limit_in_bytes", native.Kind.INT, None),
 ]
+STATIC_FILES_V2 = [
+    ("cpu", "cpu.stat", native.Kind.KV, ["usage_usec", "nr_periods", "nr_throttled", "throttled_usec", "nr_bursts"]),
+    ("cpu", "cpu.max", native.Kind.CPU_MAX, None),
+    ("cpu", "cpu.max.burst", native.Kind.INT, None),
+    ("cpu", "cpu.weight", native.Kind.INT, None),
+    ("cpu", "cpu.idle", native.Kind.INT, None),
+    ("cpuset", "cpuset.cpus.effective", native.Kind.CPULIST, None),
+    ("cpuset", "cpuset.mems.effective", native.Kind.CPULIST, None),
+    ("memory", "memory.stat", native.Kind.KV, ["anon", "file", "inactive_anon", "active_anon", "unevictable"]),
+    ("memory", "memory.current", native.Kind.INT, None),
+    ("memory", "memory.min", native.Kind.INT, None),
+    ("memory", "memory.low", native.Kind.INT, None),
+    ("memory", "memory.events", native.Kind.KV, ["low", "high", "max", "oom", "oom_kill"]),
+    ("cpu", "cpu.pressure", native.Kind.PSI, None),
+]
+# "max" in cpu.max / memory.max: the C core's CPU_MAX kind reads "max" as -1.
 
 
 @pytest.fixture
@@ -48,12 +65,12 @@ def budget() -> Iterator[None]:
     native.set_fd_budget(previous)
 
 
-def test_native_matches_reference_on_real_v1(real_cgroups: RealCgroups, budget: None) -> None:
+def test_native_matches_reference_on_real_files(real_cgroups: RealCgroups, budget: None) -> None:
     real_cgroups.mkdir("kubepods/podA/c1")
-    real_cgroups.write("cpu", "kubepods/podA/c1", "cpu.cfs_quota_us", "20000")
+    real_cgroups.set_cpu_quota("kubepods/podA/c1", 20000)
     fs = native.FileSet()
     slots = []
-    for subsystem, name, kind, keys in STATIC_FILES:
+    for subsystem, name, kind, keys in STATIC_FILES_V2 if real_cgroups.version == 2 else STATIC_FILES_V1:
         path = real_cgroups.path(subsystem, "kubepods/podA/c1") / name
         slots.append((fs.add(path, kind, keys), path, kind, keys))
     result = fs.read()
@@ -63,13 +80,15 @@ def test_native_matches_reference_on_real_v1(real_cgroups: RealCgroups, budget: 
         assert result.value(slot) == native.read_file(path, kind, keys), path
         raw = ref.parse(int(kind), keys, path.read_bytes())
         assert native.parse_result(int(kind), " ".join(keys) if keys else None, path.read_bytes())[3] == raw.v
-    assert result.value(slots[2][0]) == 20000
+    quota = result.value(slots[1 if real_cgroups.version == 2 else 2][0])
+    assert (quota[0] if real_cgroups.version == 2 else quota) == 20000
 
 
-def test_root_files_and_proc_match_reference() -> None:
+def test_root_files_and_proc_match_reference(cgroup_version: int) -> None:
+    root = "/sys/fs/cgroup" if cgroup_version == 2 else None
     for path, kind in [
-        ("/sys/fs/cgroup/memory/memory.stat", native.Kind.KV),
-        ("/sys/fs/cgroup/cpu/cpu.stat", native.Kind.KV),
+        (f"{root}/memory.stat" if root else "/sys/fs/cgroup/memory/memory.stat", native.Kind.KV),
+        (f"{root}/cpu.stat" if root else "/sys/fs/cgroup/cpu/cpu.stat", native.Kind.KV),
         ("/proc/meminfo", native.Kind.MEMINFO),
     ]:
         data = Path(path).read_bytes()
@@ -90,16 +109,26 @@ def test_root_files_and_proc_match_reference() -> None:
 def test_kept_fd_sees_fresh_usage_and_enodev_after_removal(real_cgroups: RealCgroups, budget: None) -> None:
     real_cgroups.mkdir("busy")
     fs = native.FileSet()
-    usage = fs.add(real_cgroups.path("cpuacct", "busy") / "cpuacct.usage", native.Kind.INT)
-    stat = fs.add(real_cgroups.path("memory", "busy") / "memory.stat", native.Kind.KV, ["total_rss"])
-    first = fs.read()
-    assert first.value(usage) == 0
+    if real_cgroups.version == 2:
+        usage = fs.add(real_cgroups.path("cpu", "busy") / "cpu.stat", native.Kind.KV, ["usage_usec"])
+        stat = fs.add(real_cgroups.path("memory", "busy") / "memory.stat", native.Kind.KV, ["anon"])
+
+        def used_ns() -> int:
+            return int(fs.read().value(usage)["usage_usec"]) * 1000
+    else:
+        usage = fs.add(real_cgroups.path("cpuacct", "busy") / "cpuacct.usage", native.Kind.INT)
+        stat = fs.add(real_cgroups.path("memory", "busy") / "memory.stat", native.Kind.KV, ["total_rss"])
+
+        def used_ns() -> int:
+            return int(fs.read().value(usage))
+    assert used_ns() == 0
     assert fs.open_fds == 2
     pid = real_cgroups.spawn("busy", BUSY)
     deadline = time.monotonic() + 10
-    while fs.read().value(usage) < 50_000_000 and time.monotonic() < deadline:
+    while used_ns() < 50_000_000 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert fs.read().value(usage) >= 50_000_000, "a busy loop should show 50 ms of CPU within 10 s"
+    assert used_ns() >= 50_000_000, "a busy loop should show 50 ms of CPU within 10 s"
+    assert used_ns() == pytest.approx(real_cgroups.cpu_usage_ns("busy"), rel=0.2)
     assert fs.open_fds == 2  # the same kept fds answered every read
     real_cgroups.kill(pid)
     real_cgroups.remove("busy")
@@ -149,6 +178,7 @@ def test_perf_counts_a_busy_cgroup_and_drops_hardware_events(real_cgroups: RealC
     assert reading.values[native.PerfEvent.TASK_CLOCK] >= 100_000_000
 
 
+@ONLY_V1  # a v1 cpu directory exists only in v1
 def test_perf_on_a_v1_directory_is_refused(real_cgroups: RealCgroups) -> None:
     # perf_event is bound to the unified hierarchy here; a v1 cpu dir fd is not a perf cgroup.
     with pytest.raises(OSError) as info:

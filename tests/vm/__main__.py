@@ -1,0 +1,5 @@
+import sys
+
+from tests.vm.host import main
+
+sys.exit(main())
