@@ -58,6 +58,21 @@ def find_disk(size_bytes: int, sys_block: Path = Path("/sys/block")) -> str:
     raise GuestError(f"no block device of {size_bytes} bytes in {sys_block} (have: {', '.join(seen) or 'none'})")
 
 
+def run_logged(cmd: Sequence[str], env: dict[str, str], log: Path) -> int:
+    """Runs ``cmd`` with its output on the console and in ``log``: the console can lose output (a test's
+    terminal program may take it over), the file is what the host reads the summary from."""
+    with open(log, "wb") as out, subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            out.flush()
+            sys.stdout.buffer.write(line)
+            sys.stdout.flush()
+        return proc.wait()
+
+
 def main(argv: Sequence[str]) -> int:
     results = Path(argv[0])
     pytest_args = list(argv[1:])
@@ -81,7 +96,7 @@ def main(argv: Sequence[str]) -> int:
         f"--junitxml={results / 'junit.xml'}", *pytest_args,
     ]
     started = time.monotonic()
-    code = subprocess.run(cmd, env=env).returncode
+    code = run_logged(cmd, env, results / "pytest.log")
     facts["suite_seconds"] = round(time.monotonic() - started)
     (results / "facts.json").write_text(json.dumps(facts))
     (results / "exitcode").write_text(str(code))

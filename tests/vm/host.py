@@ -63,6 +63,8 @@ class Results:
     exit_code: int
     outcomes: list[Outcome] = field(default_factory=list)
     facts: dict[str, object] = field(default_factory=dict)
+    summary: str = ""
+    """The guest pytest's closing line."""
 
 
 def _version_key(path: Path) -> list[object]:
@@ -210,7 +212,9 @@ def collect(results_dir: Path, vng_code: int) -> Results:
         raise VMError(f"the guest's pytest did not finish (virtme-ng exit {vng_code}): see the console output above")
     junit = results_dir / "junit.xml"
     outcomes = read_junit(junit) if junit.exists() else []
-    return Results(int(code_file.read_text()), outcomes, facts)
+    log = results_dir / "pytest.log"
+    lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+    return Results(int(code_file.read_text()), outcomes, facts, lines[-1] if lines else "")
 
 
 def report(results: Results, elapsed: float, accel: Accel) -> None:
@@ -222,9 +226,10 @@ def report(results: Results, elapsed: float, accel: Accel) -> None:
     print(
         f"v2 guest: kernel {facts.get('kernel')}, controllers {facts.get('controllers')}, "
         f"booted in {facts.get('boot_seconds')} s ({accel.name}), suite {facts.get('suite_seconds', '?')} s, "
-        f"whole run {elapsed:.0f} s, pytest exit {results.exit_code}",
-        flush=True,
+        f"whole run {elapsed:.0f} s, pytest exit {results.exit_code}"
     )
+    # Last, so that the run's closing line is the guest pytest's own summary.
+    print(f"v2 guest pytest summary:\n{results.summary}", flush=True)
 
 
 def _quote(arg: str) -> str:

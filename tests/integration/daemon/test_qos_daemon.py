@@ -39,7 +39,9 @@ def test_local_nodeslo_drives_suppress_and_bad_file_keeps_last_good(real_cgroups
         real_cgroups.mkdir(rel)
     real_cgroups.spawn(ls_dir, BUSY)
     real_cgroups.spawn(be_dir, SLEEP)
-    quota_file = real_cgroups.path("cpu", "kubepods/besteffort") / "cpu.cfs_quota_us"
+
+    def be_quota() -> int:
+        return real_cgroups.cpu_quota("kubepods/besteffort")[0]
 
     nodeslo = tmp_path / "nodeslo.yaml"
     nodeslo.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE:\n"
@@ -54,8 +56,8 @@ def test_local_nodeslo_drives_suppress_and_bad_file_keeps_last_good(real_cgroups
         component.start(lambda exc: None)
     try:
         # Two cores x 65% minus an LS busy loop leaves BE well under one core: a quota is written.
-        wait_for(lambda: 0 < int(quota_file.read_text()) <= 60_000, 15, f"a BE quota in {quota_file}")
-        suppressed = int(quota_file.read_text())
+        wait_for(lambda: 0 < be_quota() <= 60_000, 15, "a BE quota on kubepods/besteffort")
+        suppressed = be_quota()
         scrape = generate_latest(agent.metrics.internal).decode()
         assert 'koordlet_be_suppress_cpu_cores{node=' in scrape and 'type="cfsQuota"' in scrape
 
@@ -66,10 +68,10 @@ def test_local_nodeslo_drives_suppress_and_bad_file_keeps_last_good(real_cgroups
         assert "spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent" in (state.rejected or "")
         assert state.spec.resource_used_threshold_with_be.enable is True
         time.sleep(2.5)
-        assert 0 < int(quota_file.read_text()) <= max(suppressed * 2, 60_000)
+        assert 0 < be_quota() <= max(suppressed * 2, 60_000)
 
         nodeslo.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE: {enable: false}\n")
-        wait_for(lambda: int(quota_file.read_text()) == -1, 10, "BE's quota to be recovered to -1")
+        wait_for(lambda: be_quota() == -1, 10, "BE's quota to be recovered to -1")
         decision = agent.qos.options.decisions.last("cpusuppress")
         assert decision is not None
     finally:

@@ -18,13 +18,10 @@ from koordlet.debugapi import contract
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from tests.fixtures.debugclient import get
-from tests.fixtures.realcgroup import CGROUP_ROOT, RealCgroups
+from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
 
 SLEEP = "import signal; signal.pause()"
-V1_UNLIMITED_FLOOR = 1 << 62
-
-
 
 
 @pytest.fixture
@@ -36,14 +33,9 @@ def sock_dir() -> Iterator[Path]:
 
 
 def file_values(real_cgroups: RealCgroups, rel: str) -> dict[str, Any]:
-    def read(subsystem: str, name: str) -> str:
-        return (real_cgroups.path(subsystem, rel) / name).read_text().strip()
-
-    memory = int(read("memory", "memory.limit_in_bytes"))
-    return {"cpu_shares": int(read("cpu", "cpu.shares")), "cpu_cfs_quota": int(read("cpu", "cpu.cfs_quota_us")),
-            "cpu_cfs_period": int(read("cpu", "cpu.cfs_period_us")),
-            "memory_limit": -1 if memory >= V1_UNLIMITED_FLOOR else memory,
-            "cpuset_cpus": read("cpuset", "cpuset.cpus")}
+    quota, period = real_cgroups.cpu_quota(rel)
+    return {"cpu_shares": real_cgroups.cpu_shares(rel), "cpu_cfs_quota": quota, "cpu_cfs_period": period,
+            "memory_limit": real_cgroups.memory_limit(rel), "cpuset_cpus": real_cgroups.cpuset_cpus(rel)}
 
 
 def test_debug_api_of_a_running_agent(real_cgroups: RealCgroups, tmp_path: Path, sock_dir: Path) -> None:
@@ -56,8 +48,9 @@ def test_debug_api_of_a_running_agent(real_cgroups: RealCgroups, tmp_path: Path,
     ls_container = f"{ls_pod}/{container_id}"
     for rel in (ls_container, be_pod):
         real_cgroups.mkdir(rel)
-    real_cgroups.write("cpu", ls_container, "cpu.cfs_quota_us", "50000")
-    real_cgroups.write("memory", ls_container, "memory.limit_in_bytes", str(256 << 20))
+    real_cgroups.set_cpu_quota(ls_container, 50000)
+    memory_file = "memory.max" if real_cgroups.version == 2 else "memory.limit_in_bytes"
+    real_cgroups.write("memory", ls_container, memory_file, str(256 << 20))
     real_cgroups.spawn(ls_container, SLEEP)
     real_cgroups.spawn(be_pod, SLEEP)
 
@@ -124,10 +117,13 @@ def test_debug_api_of_a_running_agent(real_cgroups: RealCgroups, tmp_path: Path,
         code, cgroup = get(path, f"{contract.CGROUP}?pod=kubepods/pod{ls_uid}&container={container['name']}")
         assert code == 200 and cgroup["dir"] == f"{prefix}/{ls_container}"
         files = cgroup["files"]
-        quota = [v for k, v in files.items() if k.endswith("/cpu.cfs_quota_us") and "cpu" in k.split("/")[0]]
-        assert quota == [(real_cgroups.path("cpu", ls_container) / "cpu.cfs_quota_us").read_text()]
-        procs = [v for k, v in files.items() if k.split("/")[0] == "memory" and k.endswith("/cgroup.procs")]
-        assert procs == [(CGROUP_ROOT / "memory" / prefix / ls_container / "cgroup.procs").read_text()]
+        # Keys are "<hierarchy>/<file>": the v1 cpu (or cpu,cpuacct) and memory hierarchies, or "unified" on v2.
+        quota_file, cpu_hierarchy, memory_hierarchy = (
+            ("cpu.max", "unified", "unified") if real_cgroups.version == 2 else ("cpu.cfs_quota_us", "cpu", "memory"))
+        quota = [v for k, v in files.items() if k.endswith(f"/{quota_file}") and cpu_hierarchy in k.split("/")[0]]
+        assert quota == [(real_cgroups.path("cpu", ls_container) / quota_file).read_text()]
+        procs = [v for k, v in files.items() if k.split("/")[0] == memory_hierarchy and k.endswith("/cgroup.procs")]
+        assert procs == [(real_cgroups.path("memory", ls_container) / "cgroup.procs").read_text()]
 
         code, missing = get(path, f"{contract.CGROUP}?pod=kubepods/nope")
         assert code == 404 and "kubepods/nope" in missing["error"]

@@ -28,6 +28,11 @@ from tests.fixtures.waiting import wait_until
 from tests.integration.koordctl.test_top_tmux import Tmux, top_command
 
 SLEEP = "import signal; signal.pause()"
+LS_SHARES = 777
+# kubelet's shares -> weight and Koordinator's weight -> shares (integer division both ways): v2 keeps only the
+# weight, so the agent shows the shares that weight maps back to.
+LS_WEIGHT = 1 + (LS_SHARES - 2) * 9999 // 262142
+LS_SHARES_SEEN_ON_V2 = 2 + (LS_WEIGHT - 1) * 262142 // 9999
 
 
 
@@ -64,9 +69,18 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
     for rel in (f"{ls_pod_dir}/{ls_container}", f"{be_pod_dir}/{secrets.token_hex(32)}"):
         real_cgroups.mkdir(rel)
         real_cgroups.spawn(rel, SLEEP)
-    real_cgroups.write("cpu", ls_pod_dir, "cpu.shares", "777")
-    real_cgroups.write("cpu", ls_pod_dir, "cpu.cfs_quota_us", "150000")
-    real_cgroups.write("memory", ls_pod_dir, "memory.limit_in_bytes", str(256 * 1024 * 1024))
+    v2 = real_cgroups.version == 2
+    real_cgroups.set_cpu_quota(ls_pod_dir, 150000)
+    if v2:
+        real_cgroups.write("cpu", ls_pod_dir, "cpu.weight", str(LS_WEIGHT))
+        real_cgroups.write("memory", ls_pod_dir, "memory.max", str(256 * 1024 * 1024))
+    else:
+        real_cgroups.write("cpu", ls_pod_dir, "cpu.shares", str(LS_SHARES))
+        real_cgroups.write("memory", ls_pod_dir, "memory.limit_in_bytes", str(256 * 1024 * 1024))
+    shares_seen = LS_SHARES_SEEN_ON_V2 if v2 else LS_SHARES
+    # Keys of `koordctl cgroup`'s files: "<hierarchy>/<file>", the hierarchy being "unified" on v2.
+    shares_key, memory_key = ("unified/cpu.weight", "unified/memory.max") if v2 else (
+        "cpu/cpu.shares", "memory/memory.limit_in_bytes")
 
     nodeslo = tmp_path / "nodeslo.yaml"
     nodeslo.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE:\n"
@@ -98,11 +112,6 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
         def file(subsystem: str, rel: str, name: str) -> str:
             return (real_cgroups.path(subsystem, rel) / name).read_text().strip()
 
-        def memory_limit(text: str) -> int:
-            # v1's "no limit" is PAGE_COUNTER_MAX pages (9223372036854771712); koordlet's reader says -1.
-            value = int(text)
-            return -1 if value >= 1 << 62 else value
-
         mismatch: list[str] = []
 
         def pods_match_files() -> bool:
@@ -110,11 +119,12 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
             mismatch.clear()
             for rel in (ls_pod_dir, be_pod_dir):
                 current = pods[f"{prefix}/{rel}"]["current"]
+                quota, period = real_cgroups.cpu_quota(rel)
                 expected: dict[str, int | str] = {
-                    "cpu_shares": int(file("cpu", rel, "cpu.shares")),
-                    "cpu_cfs_quota": int(file("cpu", rel, "cpu.cfs_quota_us")),
-                    "cpu_cfs_period": int(file("cpu", rel, "cpu.cfs_period_us")),
-                    "memory_limit": memory_limit(file("memory", rel, "memory.limit_in_bytes")),
+                    "cpu_shares": real_cgroups.cpu_shares(rel),
+                    "cpu_cfs_quota": quota,
+                    "cpu_cfs_period": period,
+                    "memory_limit": real_cgroups.memory_limit(rel),
                 }
                 expected["cpuset_cpus"] = file("cpuset", rel, "cpuset.cpus")
                 shown = {key: current.get(key) for key in expected}
@@ -130,7 +140,7 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
         pods = our_pods()
         ls_pod, be_pod = pods[f"{prefix}/{ls_pod_dir}"], pods[f"{prefix}/{be_pod_dir}"]
         assert (ls_pod["qos"], be_pod["qos"]) == ("LS", "BE")
-        assert ls_pod["current"]["cpu_shares"] == 777
+        assert ls_pod["current"]["cpu_shares"] == shares_seen
         assert ls_pod["current"]["cpu_cfs_quota"] == 150000
         assert ls_pod["current"]["memory_limit"] == 256 * 1024 * 1024
         ls_key = f"{ls_pod['namespace']}/{ls_pod['name']}"
@@ -140,16 +150,17 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
         assert code == 0
         (row,) = [line.split() for line in table.splitlines() if ls_pod["name"] in line]
         assert row[:3] == [ls_pod["namespace"], ls_pod["name"], "LS"]
-        assert row[4].startswith("777/") and row[5] == "150000/100000" and row[6] == "256Mi"
+        assert row[4].startswith(f"{shares_seen}/") and row[5] == "150000/100000" and row[6] == "256Mi"
 
         cgroup = document(sock, "cgroup", ls_key)
         assert cgroup["pod"] == ls_key and cgroup["container"] is None
-        assert cgroup["files"]["cpu/cpu.shares"].strip() == "777"
-        assert cgroup["files"]["memory/memory.limit_in_bytes"].strip() == str(256 * 1024 * 1024)
+        assert cgroup["files"][shares_key].strip() == str(LS_WEIGHT if v2 else LS_SHARES)
+        assert cgroup["files"][memory_key].strip() == str(256 * 1024 * 1024)
         by_name = document(sock, "cgroup", ls_pod["name"], container["name"])  # name only: unique on the node
         assert (by_name["pod"], by_name["container"]) == (ls_key, container["name"])
         assert by_name["dir"] == container["cgroup_dir"]
-        assert by_name["files"]["cpu/cpu.shares"].strip() == file("cpu", f"{ls_pod_dir}/{ls_container}", "cpu.shares")
+        assert by_name["files"][shares_key].strip() == file(
+            "cpu", f"{ls_pod_dir}/{ls_container}", shares_key.split("/")[1])
 
         code, _ = koordctl(sock, "cgroup", f"{ls_pod['namespace']}/no-such-pod")
         assert code == 1

@@ -26,7 +26,7 @@ from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver
 from koordlet.system.layout import detect_layout
-from tests.fixtures.realcgroup import CGROUP_ROOT, RealCgroups
+from tests.fixtures.realcgroup import RealCgroups
 from tests.unit.qosmanager.fakes import FakeInformer, make_pod
 
 LOGGER = "koordlet.qosmanager.plugins.coresched.strategy"
@@ -53,11 +53,12 @@ def start_pod(groups: RealCgroups, meta: PodMeta) -> int:
 def test_unsupported_kernel_reports_once_and_falls_back_to_cpu_idle(
         real_cgroups: RealCgroups, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     groups = real_cgroups
-    has_idle = (CGROUP_ROOT / "cpu" / "cpu.idle").exists()
     be = make_pod("be", "BE", labels={LABEL_CORE_SCHED_GROUP: "g1"}, kube_parent=groups.name)
     ls = make_pod("ls", "LS", labels={LABEL_CORE_SCHED_GROUP: "g1"}, kube_parent=groups.name)
     be_pid, ls_pid = start_pod(groups, be), start_pod(groups, ls)
     be_qos = groups.path("cpu", "kubepods/besteffort")
+    # cpu.idle needs kernel >= 5.15 (v1: in every cpu dir; v2: below the root, so look in a cgroup we made).
+    has_idle = (be_qos / "cpu.idle").exists()
 
     layout = detect_layout(HostPaths())
     options = Options(layout=layout, driver=CgroupDriver.CGROUPFS, informer=FakeInformer([be, ls]),
