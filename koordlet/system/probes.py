@@ -9,17 +9,18 @@ can stand in for the kernel.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from koordlet.errors import KoordletError
-from koordlet.system.cgroupfile import CgroupFile
+from koordlet.system.cgroupfile import CgroupFile, Placement
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import detect_driver, kubepods_dir
 from koordlet.system.layout import CgroupLayout, CgroupMode, detect_layout
@@ -43,7 +44,7 @@ V2_CONTROLLERS = ("cpu", "cpuset", "io", "memory")
 PSI_PROBE_TRIGGER = "some 150000 2000000"
 
 PROBE_DIR_PREFIX = "koordlet-probe-"
-"""Prefix of the temporary v2 cgroup the per-cgroup perf probe creates and removes."""
+"""Prefix of the temporary v2 cgroups the per-cgroup perf probe and the v2 file probes create and remove."""
 
 
 @dataclass
@@ -53,6 +54,24 @@ class _Context:
     layout_error: str
     native: Any
     native_error: str
+    scratch: str = ""
+    """A temporary child of the v2 root (its name), where v2 file probes look when no kubepods exists."""
+
+
+@contextlib.contextmanager
+def _scratch_cgroup(root: str) -> Iterator[tuple[str, str]]:
+    """Yields (absolute path or "", why not) of a new child cgroup of ``root``, removed on exit."""
+    path = os.path.join(root, f"{PROBE_DIR_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.mkdir(path)
+    except OSError as exc:
+        yield "", f"mkdir failed: {_errname(exc.errno)}"
+        return
+    try:
+        yield path, ""
+    finally:
+        with contextlib.suppress(OSError):  # already gone, or held by a task that raced in: nothing to do
+            os.rmdir(path)
 
 
 class _NotUsable(Exception):
@@ -222,26 +241,16 @@ def _probe_perf_cgroup(ctx: _Context) -> tuple[bool, str]:
         cpus = native.read_cpulist(online)
     except (OSError, KoordletError) as exc:
         return False, f"cannot list online CPUs: {_describe(exc)}"
-    scratch = os.path.join(layout.unified_root, f"{PROBE_DIR_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        os.mkdir(scratch)
-        target, note = scratch, "a temporary child cgroup of "
-    except OSError as exc:
+    with _scratch_cgroup(layout.unified_root) as (scratch, why_not):
         # A read-only cgroup mount (an unprivileged container) still lets the root be counted.
-        target, note = layout.unified_root, f"the root (mkdir failed: {_errname(exc.errno)}) of "
-        scratch = ""
-    try:
-        group = native.PerfGroup.open_cgroup(target, cpus, [native.PerfEvent.TASK_CLOCK])
-        _count(group)
-        result = True, f"task-clock counted per cgroup on {note}{layout.unified_root} over CPUs {format_cpulist(cpus)}"
-    except (OSError, KoordletError) as exc:
-        result = False, f"per-cgroup perf on {target}: {_describe(exc)}"
-    if scratch:
+        target = scratch or layout.unified_root
+        note = "a temporary child cgroup of " if scratch else f"the root ({why_not}) of "
         try:
-            os.rmdir(scratch)
-        except OSError as exc:
-            return result[0], f"{result[1]}; could not remove {scratch}: {_describe(exc)}"
-    return result
+            group = native.PerfGroup.open_cgroup(target, cpus, [native.PerfEvent.TASK_CLOCK])
+            _count(group)
+        except (OSError, KoordletError) as exc:
+            return False, f"per-cgroup perf on {target}: {_describe(exc)}"
+    return True, f"task-clock counted per cgroup on {note}{layout.unified_root} over CPUs {format_cpulist(cpus)}"
 
 
 # ---------------------------------------------------------------------------------------- others
@@ -297,6 +306,12 @@ def _probe_file(resource: CgroupFile, ctx: _Context) -> tuple[bool, str]:
     except (OSError, KoordletError):
         rel_dir = ""
     support = resource.supported(layout, rel_dir)
+    spec = resource.v2 if resource.version(layout) == 2 else None
+    if not support and not rel_dir and ctx.scratch and spec is not None and spec.placement is Placement.NON_ROOT:
+        # A v2 root without kubepods may have no child that shows the controller's files (a fresh node, a
+        # container): the kernel creates them in any new child whose parent enables the controller.
+        support = resource.supported(layout, ctx.scratch)
+        return support.supported, f"{support.reason} (a temporary child cgroup, removed)"
     return support.supported, support.reason
 
 
@@ -346,7 +361,8 @@ def probe_all(paths: HostPaths, *, native: Any | None = None, layout: CgroupLayo
 
     ``native`` stands in for :mod:`koordlet.native` (``HAS_*`` flags, ``read_psi``, ``read_cpulist``,
     ``PsiTrigger``, ``PerfEvent``, ``PerfGroup``, ``sched_core_get``); ``layout`` skips detection.
-    The per-cgroup perf probe creates ``<unified>/koordlet-probe-<pid>-<random>`` and removes it.
+    The per-cgroup perf probe creates ``<unified>/koordlet-probe-<pid>-<random>`` and removes it; on a v2
+    host the file probes use one such child when no kubepods cgroup exists.
     """
     layout_error = ""
     if layout is None:
@@ -359,6 +375,10 @@ def probe_all(paths: HostPaths, *, native: Any | None = None, layout: CgroupLayo
         native, native_error = _load_native()
     ctx = _Context(paths, layout, layout_error, native, native_error)
     results = [_run(name, probe, ctx) for name, probe in _FEATURE_PROBES]
-    for resource in FILE_PROBES:
-        results.append(_run(resource.key, partial(_probe_file, resource), ctx))
+    with contextlib.ExitStack() as stack:
+        if layout is not None and layout.mode is CgroupMode.V2 and layout.unified_root is not None:
+            scratch, _ = stack.enter_context(_scratch_cgroup(layout.unified_root))
+            ctx.scratch = os.path.basename(scratch)
+        for resource in FILE_PROBES:
+            results.append(_run(resource.key, partial(_probe_file, resource), ctx))
     return results

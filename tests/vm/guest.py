@@ -11,7 +11,6 @@ scratch disk in ``KOORDLET_VM_DISK``, then runs pytest and writes ``junit.xml``,
 from __future__ import annotations
 
 import json
-import os
 import platform
 import subprocess
 import sys

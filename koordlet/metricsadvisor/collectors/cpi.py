@@ -81,30 +81,45 @@ class CPICollector:
         for key, rel_dir in self._containers.items():
             try:
                 group = self._options.perf.PerfGroup.open_cgroup(layout.unified_dir(rel_dir), self._cpus, EVENTS)
-                group.enable()
             except (KoordletError, OSError):
                 continue  # the container went away meanwhile
+            if group.event_errors:
+                # The support probe counts on one CPU; this group spans every online CPU, where an event can
+                # still be refused (hybrid cores): its reading would have no value for it, so no CPI.
+                group.close()
+                continue
+            try:
+                group.enable()
+            except (KoordletError, OSError):
+                group.close()
+                continue
             self._groups[key] = group
         self._started = now
 
     def _finish(self, now: float) -> None:
         samples = []
-        for (uid, cid), group in self._groups.items():
-            try:
-                reading = group.read()
-            except (KoordletError, OSError):
-                continue
-            finally:
+        try:
+            for (uid, cid), group in self._groups.items():
+                try:
+                    reading = group.read()
+                except (KoordletError, OSError):
+                    continue
+                finally:
+                    group.close()
+                instructions = reading.scaled(native.PerfEvent.INSTRUCTIONS)
+                if instructions > 0:
+                    cpi = reading.scaled(native.PerfEvent.CPU_CYCLES) / instructions
+                    samples.append((names.CONTAINER_CPI, labels_of(pod=uid, container=cid), now, cpi))
+        finally:
+            # Whatever a read raised, the window is over: a half-finished one must not make every later
+            # tick re-read closed groups and fail again.
+            for group in self._groups.values():
                 group.close()
-            instructions = reading.scaled(native.PerfEvent.INSTRUCTIONS)
-            if instructions > 0:
-                cpi = reading.scaled(native.PerfEvent.CPU_CYCLES) / instructions
-                samples.append((names.CONTAINER_CPI, labels_of(pod=uid, container=cid), now, cpi))
-        self._groups.clear()
+            self._groups.clear()
+            assert self._started is not None
+            self._next_start = self._started + self._options.config.cpi_interval_seconds
+            self._started = None
         self._options.cache.append_many(samples)
-        assert self._started is not None
-        self._next_start = self._started + self._options.config.cpi_interval_seconds
-        self._started = None
 
     @property
     def unsupported_reason(self) -> str | None:

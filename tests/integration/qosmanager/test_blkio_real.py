@@ -1,16 +1,22 @@
-"""blkio on the real cgroup v1 blkio hierarchy: the strategy limits ``writeBPS`` of the disk holding the test's
-temporary directory (this VM's /dev/vda, 254:0) in ``<prefix>/kubepods/besteffort``, a direct-I/O ``dd``
-started in that cgroup writes at the configured rate, and switching the strategy off lifts the limit.
+"""blkio on the real hierarchy of each cgroup version: the strategy limits ``writeBPS`` of one disk in
+``<prefix>/kubepods/besteffort`` (v1 ``blkio.throttle.write_bps_device``, v2 ``io.max`` wbps), a direct-I/O
+writer started in that cgroup writes at the configured rate, and switching the strategy off lifts the limit.
 
-The rate is the growth of the file ``dd`` writes with O_DIRECT (each 64 KiB write returns after the
-throttled bio completed, so the file size is what got through), measured over a window that starts once
-``dd`` is running and one second has passed, away from the first throttle slice."""
+The disk: on the hybrid host the one holding the test's temporary directory (the writer fills a file
+there); in the v2 guest, whose temporary directory is a tmpfs, the raw scratch disk ``$KOORDLET_VM_DISK``
+(no filesystem: the writer writes the device itself).  The writer uses O_DIRECT with a page-aligned
+(mmap) buffer, so every write is a bio of this cgroup that returns once the throttled bio completed: no
+page cache, no writeback by the flusher threads (which the kernel charges to the cgroup only on v2).
+
+The rate is the kernel's count of the bytes the cgroup wrote to that disk (v2 ``io.stat`` wbytes, v1
+``blkio.throttle.io_service_bytes`` Write), over a window that starts once the writer is running and one
+second has passed, away from the first throttle slice."""
 
 from __future__ import annotations
 
 import os
+import stat
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,62 +34,63 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver
 from koordlet.system.layout import detect_layout
 from tests.fixtures.realcgroup import CGROUP_ROOT, RealCgroups
+from tests.fixtures.waiting import wait_until
 from tests.unit.qosmanager.fakes import FakeInformer
 
-LIMIT_BPS = 4 << 20
+MIB = 1 << 20
+LIMIT_BPS = 4 * MIB
 TOLERANCE = 0.15
 WARMUP_SECONDS = 1.0
 WINDOW_SECONDS = 5.0
 BLOCK = 64 << 10
 BLOCKS = 1000  # 62.5 MiB: ~27 MiB go at the limit, the rest quickly once it is lifted
 BE_DIR = "kubepods/besteffort"
+SCRATCH_DISK = "KOORDLET_VM_DISK"
+"""The guest's raw scratch disk (set by tests/vm), the only disk there a test may write."""
+
+WRITER = """
+import mmap, os
+fd = os.open({target!r}, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+buf = mmap.mmap(-1, {block})  # page aligned, as O_DIRECT needs
+buf.write(b"\\x5a" * {block})
+for _ in range({blocks}):
+    os.write(fd, buf)
+os.close(fd)
+"""
 
 
 def disk_of(path: Path) -> tuple[str, str]:
-    """(kernel name, maj:min) of the whole disk holding ``path``."""
+    """(kernel name, maj:min) of the whole disk holding ``path`` (or being it, for a block device)."""
     st = os.stat(path)
-    sys_dir = Path(os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}"))
+    dev = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
+    sys_dir = Path(os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"))
+    if not (sys_dir / "dev").is_file():
+        pytest.skip(f"{path} is on no block device (device {os.major(dev)}:{os.minor(dev)}, a tmpfs?)")
     if (sys_dir / "partition").exists():
         sys_dir = sys_dir.parent
     return sys_dir.name, (sys_dir / "dev").read_text().strip()
 
 
-def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds} s waiting for {what}")
-        time.sleep(0.02)
+def write_target(tmp_path: Path) -> tuple[Path, bool]:
+    """Where the writer writes, and whether that is a raw disk (else a file in ``tmp_path``)."""
+    scratch = os.environ.get(SCRATCH_DISK)
+    if scratch and stat.S_ISBLK(os.stat(scratch).st_mode):
+        return Path(scratch), True
+    return tmp_path / "be-writer.bin", False
 
 
-def size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-def rate(path: Path, seconds: float) -> tuple[float, int]:
-    """Bytes per second the file grew over ``seconds`` (or until it stopped growing for good), and bytes."""
-    before, start = size(path), time.monotonic()
-    time.sleep(seconds)
-    after, end = size(path), time.monotonic()
-    return (after - before) / (end - start), after - before
-
-
-def slo(write_bps: int, enable: bool = True) -> NodeSLOSpec:
+def slo(disk: str, write_bps: int, enable: bool = True) -> NodeSLOSpec:
     return merge_over_defaults(NodeSLOSpec.from_json({"resourceQOSStrategy": {"beClass": {"blkioQOS": {
-        "enable": enable, "blocks": [{"name": "/dev/vda", "type": "device", "ioCfg": {"writeBPS": write_bps}}]}}}}))
+        "enable": enable, "blocks": [{"name": disk, "type": "device", "ioCfg": {"writeBPS": write_bps}}]}}}}))
 
 
 def test_write_bps_limits_a_direct_io_writer(real_cgroups: RealCgroups, tmp_path: Path) -> None:
-    if not (CGROUP_ROOT / "blkio" / "cgroup.procs").exists():
-        pytest.skip("cgroup v1 blkio not mounted")
-    disk, devno = disk_of(tmp_path)
-    assert (disk, devno) == ("vda", "254:0"), "this test expects the VM's /dev/vda to hold the temporary directory"
     groups = real_cgroups
+    if groups.version == 1 and not (CGROUP_ROOT / "blkio" / "cgroup.procs").exists():
+        pytest.skip("cgroup v1 blkio not mounted")
+    target, raw = write_target(tmp_path)
+    disk, devno = disk_of(target if raw else tmp_path)
     groups.mkdir(BE_DIR, subsystems=("blkio",))
-    be = groups.path("blkio", BE_DIR)
     paths = HostPaths()
     layout = detect_layout(paths)
     options = Options(layout=layout, driver=CgroupDriver.CGROUPFS, informer=FakeInformer(),
@@ -94,37 +101,46 @@ def test_write_bps_limits_a_direct_io_writer(real_cgroups: RealCgroups, tmp_path
                       gates=gates.resolve({GATE: True}), clock=time.time, decisions=DecisionLog(),
                       kube_parent=groups.name)
     strategy = BlkIOReconcile(options)
-    spec = slo(LIMIT_BPS)
+    spec = slo(f"/dev/{disk}", LIMIT_BPS)
     assert strategy.enabled(spec)
 
     decision = strategy.run_once(spec)
     print(decision.summary)
     assert decision.action == "reconcile", decision.summary
-    assert (be / "blkio.throttle.write_bps_device").read_text().split() == [devno, str(LIMIT_BPS)]
+    assert groups.io_write_bps_limit(BE_DIR, devno) == LIMIT_BPS
     assert decision.numbers["be"][devno]["write_bps"] == LIMIT_BPS
 
-    target = tmp_path / "be-writer.bin"
-    dd = ["dd", "if=/dev/zero", f"of={target}", f"bs={BLOCK}", f"count={BLOCKS}", "oflag=direct", "status=none"]
-    pid = groups.spawn(BE_DIR, f"os.execvp('dd', {dd!r})", subsystems=("blkio",))
+    def written() -> int:
+        return groups.io_written_bytes(BE_DIR, devno)
+
+    def rate(seconds: float) -> tuple[float, int]:
+        """Bytes per second the cgroup wrote to the disk over ``seconds``, and the bytes."""
+        before, start = written(), time.monotonic()
+        time.sleep(seconds)
+        after, end = written(), time.monotonic()
+        return (after - before) / (end - start), after - before
+
+    pid = groups.spawn(BE_DIR, WRITER.format(target=str(target), block=BLOCK, blocks=BLOCKS), subsystems=("blkio",))
     try:
-        wait_for(lambda: size(target) > 0, 10, "dd to start writing")
+        wait_until("the writer's first bytes on the disk", written, timeout=30)
         time.sleep(WARMUP_SECONDS)
-        measured, written = rate(target, WINDOW_SECONDS)
-        print(f"writeBPS {LIMIT_BPS} B/s configured on {devno}; dd in the BE cgroup measured {measured:.0f} B/s "
-              f"({measured / (1 << 20):.2f} MiB/s, {written} B in {WINDOW_SECONDS:.0f} s), "
+        measured, amount = rate(WINDOW_SECONDS)
+        print(f"writeBPS {LIMIT_BPS} B/s configured on {devno} ({target}); the writer in the BE cgroup measured "
+              f"{measured:.0f} B/s ({measured / MIB:.2f} MiB/s, {amount} B in {WINDOW_SECONDS:.0f} s), "
               f"{abs(measured - LIMIT_BPS) / LIMIT_BPS:.1%} off")
         assert abs(measured - LIMIT_BPS) <= TOLERANCE * LIMIT_BPS
 
-        # The next round changes nothing; switching off removes the limit and dd speeds up.
+        # The next round changes nothing; switching off removes the limit and the writer speeds up.
         assert strategy.run_once(spec).action == "none"
         off = strategy.run_once(spec, enabled=False)
         print(off.summary)
         assert off.action == "recover" and off.numbers["be_removed"] == [devno], off.summary
-        assert (be / "blkio.throttle.write_bps_device").read_text().strip() == ""
-        left = BLOCKS * BLOCK - size(target)
-        unthrottled, _ = rate(target, 0.5)
-        print(f"after reset: {unthrottled / (1 << 20):.1f} MiB/s ({left} B were left to write)")
-        assert unthrottled > 2 * LIMIT_BPS or size(target) == BLOCKS * BLOCK
+        assert groups.io_write_bps_limit(BE_DIR, devno) == -1
+        left = BLOCKS * BLOCK - written()
+        unthrottled, _ = rate(0.5)
+        print(f"after reset: {unthrottled / MIB:.1f} MiB/s ({left} B were left to write)")
+        assert unthrottled > 2 * LIMIT_BPS or written() >= BLOCKS * BLOCK
     finally:
         groups.kill(pid)
-        target.unlink(missing_ok=True)
+        if not raw:
+            target.unlink(missing_ok=True)

@@ -1,9 +1,12 @@
-"""cpusuppress on the real cgroup v1 hierarchy (issue 4 acceptance): one LS and two BE busy loops under
-``<prefix>/kubepods/{burstable,besteffort}``, the real collectors feeding the metric cache, the real
-executor writing the besteffort cgroups.
+"""cpusuppress on the real hierarchy of each cgroup version (v1 on the host, pure v2 in the guest): one LS
+and two BE busy loops under ``<prefix>/kubepods/{burstable,besteffort}``, the real collectors feeding the
+metric cache, the real executor writing the besteffort cgroups.
 
 Each round is what the agent does every second: collect, decide, then the next interval runs under the
-decision; BE's usage over that interval is measured from the besteffort ``cpuacct.usage``.
+decision; BE's usage over that interval is measured from the kernel's count for the besteffort cgroup (v1
+``cpuacct.usage``, v2 ``cpu.stat`` usage_usec).  On v2 the busy loops sit in leaf cgroups only (no
+internal processes) and a fresh cgroup's empty ``cpuset.cpus`` means "the parent's": the strategy always
+writes BE's explicitly, which is what the rounds read back.
 
 Threshold 75% on this 2-CPU host leaves 1.5 cores to share: with LS idle BE keeps both CPUs (1.5 minus a
 few tenths of system usage rounds up to 2), with one LS loop at ~1 core BE is left at most 0.5 core."""
@@ -35,7 +38,7 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS
 from koordlet.system.layout import detect_layout
 from koordlet.system.node import NodeInfo, read_node_info
-from koordlet.system.validators import parse_cpulist
+from koordlet.system.validators import format_cpulist, parse_cpulist
 from tests.fixtures.realcgroup import RealCgroups
 
 BUSY = "while True: pass"
@@ -80,7 +83,7 @@ class Round:
     target_cores: float
     """What the decision enforces: BE's CPU count, or its quota / period."""
     be_used: float
-    """BE's usage over the interval after the decision from its second CFS period on, from cpuacct."""
+    """BE's usage over the interval after the decision from its second CFS period on, as the kernel counts it."""
     be_used_whole: float
     """The same over the whole interval, for the record."""
 
@@ -93,21 +96,24 @@ class Rig:
     ls_rel: str
     rounds: list[Round] = field(default_factory=list)
 
-    def be_cpuacct(self) -> int:
-        return int((self.groups.path("cpuacct", BE_DIR) / "cpuacct.usage").read_text())
+    def be_usage_ns(self) -> int:
+        return self.groups.cpu_usage_ns(BE_DIR)
 
     def cpuset(self) -> str:
-        return (self.groups.path("cpuset", BE_DIR) / "cpuset.cpus").read_text().strip()
+        return self.groups.cpuset_cpus(BE_DIR)
 
     def quota(self) -> int:
-        return int((self.groups.path("cpu", BE_DIR) / "cpu.cfs_quota_us").read_text())
+        quota, period = self.groups.cpu_quota(BE_DIR)
+        assert period == 100_000, period  # the strategy's quotas are per Koordinator's 100 ms period
+        return quota
 
     def round(self, phase: str, slo: NodeSLOSpec) -> Round:
         """Collect the interval that just ended, decide, and measure BE over the next interval.
 
-        The measurement starts one CFS period after the decision: every ``cfs_quota_us`` write refills
-        the group's runtime (kernel ``tg_set_cfs_bandwidth``), so in the period of the write BE may run
-        a full extra quota whatever the new value; from the next period on the quota is what binds."""
+        The measurement starts one CFS period after the decision: every quota write (v1 ``cfs_quota_us``,
+        v2 ``cpu.max``) refills the group's runtime (kernel ``tg_set_cfs_bandwidth``), so in the period of
+        the write BE may run a full extra quota whatever the new value; from the next period on the quota
+        is what binds."""
         self.advisor.run_once(force=True)
         decision = self.strategy.run_once(slo)
         decided = time.monotonic()
@@ -118,11 +124,11 @@ class Rig:
         else:
             assert self.quota() == decision.numbers["quota_us"], decision.summary
             target = self.quota() / 100_000
-        whole = self.be_cpuacct()
+        whole = self.be_usage_ns()
         time.sleep(CFS_PERIOD_SECONDS)
-        before, start = self.be_cpuacct(), time.monotonic()
+        before, start = self.be_usage_ns(), time.monotonic()
         time.sleep(max(0.0, decided + INTERVAL - start))
-        after, end = self.be_cpuacct(), time.monotonic()
+        after, end = self.be_usage_ns(), time.monotonic()
         used = (after - before) / 1e9 / (end - start)
         result = Round(phase, decision, target, used, (after - whole) / 1e9 / (end - decided))
         self.rounds.append(result)
@@ -219,5 +225,6 @@ def test_cfs_quota_policy_suppresses_and_regrows(real_cgroups: RealCgroups, tmp_
         previous = quota
     assert recovered[-1].decision.numbers["quota_us"] > busy[-1].decision.numbers["quota_us"]
     assert recovered[-1].be_used > busy[-1].be_used
-    assert rig.cpuset() == "0-1"  # the cpuset policy is not in use: BE keeps every CPU
+    # The cpuset policy is not in use: BE keeps every CPU of the node.
+    assert rig.cpuset() == format_cpulist(read_node_info(HostPaths()).online_cpus)
 

@@ -1,15 +1,16 @@
-"""memoryevict on the real cgroup v1 hierarchy (issue 4 acceptance): a memory-limited test parent
-``<prefix>/kubepods`` (512 MiB), an LS pod holding 50 MiB, a small BE pod holding 30 MiB and a BE pod
-allocating steadily; the real collectors feed the metric cache every second and memoryevict compares
-the pods' usage with the kubepods limit (``memory_evict_base=kubepods``), threshold 60%.
+"""memoryevict on the real hierarchy of each cgroup version (issue 4 acceptance; v1 on the host, v2 in
+the guest): a memory-limited test parent ``<prefix>/kubepods`` (512 MiB: v1 limit_in_bytes, v2 memory.max),
+an LS pod holding 50 MiB, a small BE pod holding 30 MiB and a BE pod allocating steadily; the real
+collectors feed the metric cache every second and memoryevict compares the pods' usage with the kubepods
+limit (``memory_evict_base=kubepods``), threshold 60%.
 
 The agent loop runs in a thread, as the daemon's would: every second collect, then decide.  The test
 thread polls every 10 ms whether the growing process is alive and when usage crossed 60% by two
 measures: the pods' memory.stat anonymous memory (what the pod collector reads) and the kubepods page
-counter (memory.usage_in_bytes, exact at every instant).  From the memory.stat crossing the bound is one
-interval plus the round's cost (crossing right after a collection is seen by the next one, which kills
-at once); the kernel refreshes memory.stat lazily (periodic memcg stats flush, ~2 s), so from the page
-counter's crossing it may take up to that much longer.  Both delays are printed."""
+counter (v1 memory.usage_in_bytes, v2 memory.current: exact at every instant).  From the memory.stat
+crossing the bound is one interval plus the round's cost (crossing right after a collection is seen by
+the next one, which kills at once); the kernel refreshes memory.stat lazily (periodic memcg stats flush,
+~2 s), so from the page counter's crossing it may take up to that much longer.  Both delays are printed."""
 
 from __future__ import annotations
 
@@ -132,14 +133,14 @@ class Rig:
         (the kubepods directory's own totals refresh on another schedule)."""
         total = 0
         for meta in self.pods.values():
-            path = self.groups.path("memory", meta.cgroup_dir.removeprefix(self.groups.name + "/")) / "memory.stat"
-            stat = dict(line.split() for line in path.read_text().splitlines())
-            total += sum(int(stat[k]) for k in ("total_inactive_anon", "total_active_anon", "total_unevictable"))
+            stat = self.groups.memory_stat(meta.cgroup_dir.removeprefix(self.groups.name + "/"))
+            total += sum(stat[k] for k in ("inactive_anon", "active_anon", "unevictable"))
         return total
 
     def charged(self) -> int:
-        """The kubepods page counter: exact at every instant (anonymous memory plus a little cache)."""
-        return int((self.groups.path("memory", "kubepods") / "memory.usage_in_bytes").read_text())
+        """The kubepods page counter (v1 memory.usage_in_bytes, v2 memory.current): exact at every instant
+        (anonymous memory plus a little cache and kernel memory)."""
+        return self.groups.memory_usage("kubepods")
 
     def percent(self) -> int:
         return self.used() * 100 // LIMIT
@@ -185,7 +186,7 @@ class Watch:
     """When (monotonic) the threshold was crossed by each measure, and when the process was dead."""
 
     charge: float | None = None
-    """By the page counter (memory.usage_in_bytes): the true moment."""
+    """By the page counter (v1 memory.usage_in_bytes, v2 memory.current): the true moment."""
     stat: float | None = None
     """By memory.stat's anonymous memory, what the pod collector reads: the kernel refreshes these
     counters lazily (on this 6.x kernel every ~2 s: the memcg stats flush is periodic), so they show a
@@ -205,13 +206,7 @@ def rig_factory(real_cgroups: RealCgroups, tmp_path: Path) -> Iterator[Callable[
                 "be1": pod_meta(prefix, KubeQoS.BESTEFFORT, "be1"),
                 "be2": pod_meta(prefix, KubeQoS.BESTEFFORT, "be2")}
         groups.mkdir("kubepods")
-        # No swap on this host; swappiness 0 also keeps usage deterministic where there is.
-        for knob, value in (("memory.swappiness", "0"), ("memory.limit_in_bytes", str(LIMIT))):
-            try:
-                groups.write("memory", "kubepods", knob, value)
-            except OSError:
-                if knob == "memory.limit_in_bytes":
-                    raise
+        groups.set_memory_limit("kubepods", LIMIT)
         for meta in pods.values():
             groups.mkdir(meta.containers[0].cgroup_dir.removeprefix(prefix + "/"))
         paths = HostPaths()

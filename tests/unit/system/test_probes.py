@@ -243,6 +243,21 @@ def test_a_fully_featured_v2_host(fake_host: FakeHost) -> None:
     )
 
 
+def test_v2_root_without_children_is_probed_in_a_temporary_child(fake_host: FakeHost) -> None:
+    # The pure v2 guest of tests/vm showed it: a v2 root with no child at all (a fresh node, a container) has no
+    # directory showing cpu.max.burst or memory.high, so the probes said "unsupported" on a kernel that has them.
+    # The kernel creates those files in any new child, so the probe makes one; a fake tree's mkdir creates no
+    # interface files, so here the answer is "absent from the temporary child", and the child is gone after.
+    fake_host.set_mode("v2", features={"cfs_burst"})
+    root = fake_host.paths.cgroup_root
+    assert not [entry for entry in os.scandir(root) if entry.is_dir()]
+    reasons = {r.name: r.reason for r in probe_all(fake_host.paths, native=FakeNative())}
+    reason = reasons["cpu_cfs_burst"]
+    assert reason.startswith(f"cpu.max.burst absent from {root}/{probes_module.PROBE_DIR_PREFIX}{os.getpid()}-")
+    assert reason.endswith("(a temporary child cgroup, removed)")
+    assert not [entry for entry in os.scandir(root) if entry.is_dir()]
+
+
 def test_v2_without_some_controllers(fake_host: FakeHost) -> None:
     fake_host.set_mode("v2", controllers=("cpu", "memory", "pids"))
     result = by_name(probe_all(fake_host.paths, native=FakeNative()))["cgroup_v2_controllers"]
