@@ -63,8 +63,11 @@ class MetricsAdvisor:
         for group in self._groups.values():
             if not force and now_mono < group.next_due:
                 continue
-            # Schedule from the previous due time so ticks do not drift by the collection cost.
-            group.next_due = max(group.next_due + group.files.interval_seconds, now_mono)
+            # Schedule from the previous due time so ticks do not drift by the collection cost; after a stall
+            # (or on the first tick) the next one is a full interval away: a read right after this one
+            # would turn counters of 10 ms granularity (/proc/stat, usage_usec) into rates over ~0 s.
+            due = group.next_due + group.files.interval_seconds
+            group.next_due = due if due > now_mono else now_mono + group.files.interval_seconds
             batch = group.files.read()
             now = self._options.clock()
             for collector in group.collectors:

@@ -4,7 +4,6 @@ under a settable clock.  Pods, informer and clock are the qosmanager doubles."""
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +17,10 @@ from koordlet.system.kubepaths import CgroupDriver
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.qosmanager.fakes import FakeClock, FakeInformer, make_node, make_pod
 
-__all__ = ["T0", "FakeClock", "FakeInformer", "Single", "make_node", "make_options", "make_pod", "pod_and_containers",
-           "samples"]
+__all__ = ["T0", "FakeClock", "FakeInformer", "Single", "make_node", "make_options", "make_pod", "mkdirs",
+           "pod_and_containers", "samples"]
 
 T0 = 1_700_000_000.0
-GONE = (errno.ENOENT, errno.ENODEV)
 
 
 def make_options(host: FakeHost, tmp_path: Path, informer: FakeInformer | None = None, *,

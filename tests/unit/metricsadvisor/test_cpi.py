@@ -18,8 +18,16 @@ from koordlet.metriccache import labels_of, names
 from koordlet.metricsadvisor.collectors.cpi import CPICollector
 from koordlet.native import PerfEvent, PerfReading
 from tests.fixtures.fakehost import FakeHost
-from tests.unit.metricsadvisor.harness import (T0, FakeInformer, Single, make_node, make_options, make_pod, mkdirs,
-                                               samples)
+from tests.unit.metricsadvisor.harness import (
+    T0,
+    FakeInformer,
+    Single,
+    make_node,
+    make_options,
+    make_pod,
+    mkdirs,
+    samples,
+)
 
 CYCLES, INSTRUCTIONS = PerfEvent.CPU_CYCLES, PerfEvent.INSTRUCTIONS
 CONFIG = CollectorConfig(cpi_interval_seconds=60.0, cpi_time_window_seconds=10.0)

@@ -58,7 +58,7 @@ def test_a_missing_file_fails_its_own_slot_only(tmp_path: Path) -> None:
     batch = group.read()
     assert batch.value(ok) == 5
     assert batch.get(gone) is None
-    with pytest.raises(CgroupGone, match="nope/cpuacct.usage"):
+    with pytest.raises(CgroupGone, match=r"nope/cpuacct\.usage"):
         batch.value(gone)
 
 

@@ -52,7 +52,7 @@ def failed_entries(group: FileGroup) -> dict[str, Exception]:
     """The error of every tracked file that fails in one read of ``group``, by path."""
     batch = group.read()
     found: dict[str, Exception] = {}
-    for key in group.keys():
+    for key in group.keys():  # noqa: SIM118 - a FileGroup is not a mapping
         slot = group.slot(key)
         try:
             batch.value(slot)
