@@ -107,6 +107,8 @@ def test_write_bps_limits_a_direct_io_writer(real_cgroups: RealCgroups, tmp_path
     decision = strategy.run_once(spec)
     print(decision.summary)
     assert decision.action == "reconcile", decision.summary
+    # No failed write: no weight is sent to a disk whose iocost is off (v2 answers EOPNOTSUPP there).
+    assert decision.numbers["problems"] == [], decision.numbers["problems"]
     assert groups.io_write_bps_limit(BE_DIR, devno) == LIMIT_BPS
     assert decision.numbers["be"][devno]["write_bps"] == LIMIT_BPS
 
@@ -135,6 +137,7 @@ def test_write_bps_limits_a_direct_io_writer(real_cgroups: RealCgroups, tmp_path
         off = strategy.run_once(spec, enabled=False)
         print(off.summary)
         assert off.action == "recover" and off.numbers["be_removed"] == [devno], off.summary
+        assert off.numbers["problems"] == [], off.numbers["problems"]
         assert groups.io_write_bps_limit(BE_DIR, devno) == -1
         left = BLOCKS * BLOCK - written()
         unthrottled, _ = rate(0.5)

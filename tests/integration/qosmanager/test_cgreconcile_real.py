@@ -51,10 +51,13 @@ HIGH = 64 * MIB
 """REQUEST + (LIMIT - REQUEST) x THROTTLING_PERCENT / 100."""
 TARGET = 200 * MIB
 """What each growing process wants to hold: ~3x memory.high, small next to the guest's 3 GiB."""
-NEAR = 0.15
-"""How far past memory.high usage may get while throttled.  The kernel's penalty (see the module doc)
-is 0.16 s per 256 KiB at 5% over and 0.64 s at 10%, so over the seconds the test watches usage
-settles a few percent past the threshold; measured in the guest: see the report printed by the test."""
+NEAR = 0.25
+"""How far past memory.high usage may get while throttled.  Measured in the guest: 1.13 x high after 8 s
+of watching, still creeping at ~0.6 MiB/s.  The kernel's penalty (see the module doc) is 0.16 s per
+256 KiB at 5% over, 0.64 s at 10% and reaches its 2 s cap near 18%: past that usage grows by at most
+128 KiB/s, so 25% is out of reach within the test's watch."""
+SLOWDOWN = 10
+"""BE's growth over the watch must be this many times slower than the free control's (measured: ~30)."""
 OBSERVE_SECONDS = 8.0
 """How long BE is watched under memory.high at least (and until the control process is full)."""
 GROW_TIMEOUT = 120.0
@@ -107,8 +110,7 @@ def anon(groups: RealCgroups, rel: str) -> int:
 
 
 @pytest.mark.parametrize("cgroup_version", [V2])  # memory.high: v2 (or Anolis v1) only, see the module doc
-def test_be_memory_high_throttles_a_growing_process(real_cgroups: RealCgroups, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_be_memory_high_throttles_a_growing_process(real_cgroups: RealCgroups, tmp_path: Path) -> None:
     groups = real_cgroups
     prefix = groups.name
     be = make_pod("be", "BE", kube_parent=prefix, requests=Resources(batch_memory_bytes=REQUEST),
@@ -163,14 +165,18 @@ def test_be_memory_high_throttles_a_growing_process(real_cgroups: RealCgroups, t
     be_anon = anon(groups, rel["be"])
     first, last = watch.samples[0], watch.samples[-1]
     seconds = last.at - first.at
-    with capsys.disabled():
-        print(f"\ncgreconcile memory.high {HIGH} B ({HIGH / MIB:.0f} MiB) on the BE container: over {seconds:.1f} s "
-              f"BE memory.current {first.current / MIB:.1f} -> {last.current / MIB:.1f} MiB "
-              f"(peak {watch.peak / MIB:.1f} MiB = {watch.peak / HIGH:.3f} x high, anon {be_anon / MIB:.1f} MiB), "
-              f"memory.events high {first.high_events} -> {last.high_events}, max {be_events['max']}, "
-              f"oom_kill {be_events['oom_kill']}; the unthrottled LS control held {TARGET / MIB:.0f} MiB "
-              f"{control_full - started if control_full else float('nan'):.1f} s after start")
+    print(f"\ncgreconcile memory.high {HIGH} B ({HIGH / MIB:.0f} MiB) on the BE container: over {seconds:.1f} s "
+          f"BE memory.current {first.current / MIB:.1f} -> {last.current / MIB:.1f} MiB "
+          f"(peak {watch.peak / MIB:.1f} MiB = {watch.peak / HIGH:.3f} x high, anon {be_anon / MIB:.1f} MiB), "
+          f"memory.events high {first.high_events} -> {last.high_events}, max {be_events['max']}, "
+          f"oom_kill {be_events['oom_kill']}; the unthrottled LS control held {TARGET / MIB:.0f} MiB "
+          f"{control_full - started if control_full else float('nan'):.1f} s after start")
+    be_rate = (last.current - first.current) / seconds
+    assert control_full is not None
+    control_rate = TARGET / (control_full - started)
+    print(f"growth: BE {be_rate / MIB:.2f} MiB/s over memory.high, the control {control_rate / MIB:.2f} MiB/s free")
     assert last.high_events > first.high_events, "BE was not held at memory.high while watched"
+    assert be_rate * SLOWDOWN <= control_rate
     assert watch.peak <= HIGH * (1 + NEAR), f"BE usage {watch.peak} went past memory.high {HIGH} by > {NEAR:.0%}"
     assert last.current >= HIGH, "BE stopped pressing against memory.high: it was not throttled but done"
     assert be_anon < TARGET - 2 * STEP
@@ -180,7 +186,10 @@ def test_be_memory_high_throttles_a_growing_process(real_cgroups: RealCgroups, t
     off = strategy.run_once(spec, enabled=False)
     assert off.action == "recover", off.summary
     assert high_file.read_text().strip() == "max"
+    lifted = time.monotonic()
     wait_until("the BE process to grow once memory.high is lifted", lambda: anon(groups, rel["be"]) >= TARGET,
                timeout=GROW_TIMEOUT)
+    print(f"memory.high lifted: BE anon {be_anon / MIB:.1f} -> {TARGET / MIB:.0f} MiB "
+          f"in {time.monotonic() - lifted:.1f} s")
     assert groups.memory_events(rel["be"])["oom_kill"] == 0
     groups.kill(be_pid)

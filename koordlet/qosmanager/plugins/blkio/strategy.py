@@ -118,15 +118,17 @@ class BlkIOReconcile:
             if cfg is not None and cfg.enable is True and cfg.blocks:
                 rnd.notes.append(f"resourceQOSStrategy.{name}.blkioQOS ignored: Koordinator applies block IO QoS "
                                  "to the BE class and the cgroup root only")
-        be_removed = self._plan_be(rnd, be_dir, limits)
+        # The root first: a disk's iocost must be on before its besteffort weight is written.
         root_removed = self._plan_root(rnd, costs, root_cfg is not None and root_cfg.enable is True)
+        be_removed = self._plan_be(rnd, be_dir, limits, self._iocost_disks(rnd, costs))
         results = self._apply(rnd)
         return self._decide(rnd, be_dir, limits, be_removed, costs, root_removed, results)
 
     # ------------------------------------------------------------------------------------------ besteffort
 
-    def _plan_be(self, rnd: _Round, be_dir: str, limits: dict[Any, DeviceLimits]) -> list[str]:
-        """Queues the besteffort updates; returns the disks whose rules are removed."""
+    def _plan_be(self, rnd: _Round, be_dir: str, limits: dict[Any, DeviceLimits], iocost_on: set[DevNo]) -> list[str]:
+        """Queues the besteffort updates; returns the disks whose rules are removed.  A per-disk weight is
+        written only for the disks in ``iocost_on``."""
         why = self._unusable(be_dir)
         if why is not None:
             if limits:
@@ -157,10 +159,23 @@ class BlkIOReconcile:
         for dev, lim in wanted.items():
             for key, attr in THROTTLES:
                 self._queue(rnd, key, be_dir, dev, getattr(lim, attr), f"{owner}.{lim.block}", True)
-            if weight_ok:
+            weighted = weight_ok and dev in iocost_on
+            if weighted:
                 self._queue(rnd, WEIGHT, be_dir, dev, lim.weight_percent, f"{owner}.{lim.block}", True)
-            self._be_applied[dev] = weight_ok
+            elif weight_ok and lim.weight_percent != plan.DEFAULT_WEIGHT_PERCENT:
+                rnd.notes.append(f"ioWeightPercent of disk {number(dev)} ({lim.block}) not applied: iocost is off "
+                                 f"for it (enable it with {ROOT_FIELD})")
+            self._be_applied[dev] = weighted
         return [number(d) for d in removed]
+
+    def _iocost_disks(self, rnd: _Round, costs: dict[Any, RootCost]) -> set[DevNo]:
+        """Disks whose iocost is on in the root, or turned on this round.  The kernel takes a per-disk
+        ``io.weight`` / ``blkio.cost.weight`` line only for those (EOPNOTSUPP otherwise, as the v2 guest of
+        tests/vm showed), so the weight of any other disk is left alone."""
+        on = {(cost.device.major, cost.device.minor) for cost in costs.values()}
+        if REGISTRY[COST_QOS].supported(self.options.layout, ""):
+            on |= self._listed_cost(rnd)
+        return on
 
     def _unusable(self, be_dir: str) -> str | None:
         descriptor = REGISTRY["blkio_write_bps"]

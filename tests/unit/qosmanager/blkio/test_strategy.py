@@ -120,18 +120,17 @@ def test_enabled(fake_host: FakeHost, tmp_path: Path, gate: bool, slo: NodeSLOSp
 
 @pytest.mark.parametrize(("blocks", "expected", "be_numbers"), [
     pytest.param([device("/dev/vda", writeBPS=MIB4)],
-                 lambda m: throttles(m, "254:0", wbps=MIB4) + (weight(m, "254:0", 100) if m == "v2" else []),
+                 lambda m: throttles(m, "254:0", wbps=MIB4),
                  {"254:0": {"block": "blocks[0] (device /dev/vda)", "disk": "vda", "read_bps": 0, "write_bps": MIB4,
                             "read_iops": 0, "write_iops": 0, "io_weight_percent": 100}},
                  id="writeBPS"),
     pytest.param([device("vda1", readBPS=1, writeBPS=2, readIOPS=3, writeIOPS=4, ioWeightPercent=60)],
-                 lambda m: throttles(m, "254:0", 1, 2, 3, 4) + (weight(m, "254:0", 60) if m == "v2" else []),
+                 lambda m: throttles(m, "254:0", 1, 2, 3, 4),
                  {"254:0": {"block": "blocks[0] (device vda1)", "disk": "vda", "read_bps": 1, "write_bps": 2,
                             "read_iops": 3, "write_iops": 4, "io_weight_percent": 60}},
                  id="partition-every-field"),
     pytest.param([{"name": "data", "type": "volumegroup", "ioCfg": {"readIOPS": 500}}],
-                 lambda m: (throttles(m, "254:16", riops=500) + (weight(m, "254:16", 100) if m == "v2" else [])
-                            + throttles(m, "254:32", riops=500) + (weight(m, "254:32", 100) if m == "v2" else [])),
+                 lambda m: throttles(m, "254:16", riops=500) + throttles(m, "254:32", riops=500),
                  None, id="volume-group"),
 ])
 def test_applies_limits(rig: Rig, blocks: list[dict[str, Any]], expected: Any, be_numbers: Any) -> None:
@@ -147,24 +146,58 @@ def test_applies_limits(rig: Rig, blocks: list[dict[str, Any]], expected: Any, b
 def test_summary_and_steady_rounds(rig: Rig) -> None:
     slo = be(device("vda", writeBPS=MIB4, readIOPS=100))
     decision, _ = rig.run(slo)
-    assert decision.summary == ("blkio: BE kubepods/besteffort: 254:0 (vda) wbps=4194304 riops=100; "
-                                f"{5 if rig.mode == 'v2' else 4} writes")
+    assert decision.summary == "blkio: BE kubepods/besteffort: 254:0 (vda) wbps=4194304 riops=100; 4 writes"
     # Unchanged: nothing goes to the executor until the force-update interval (60 s) has passed.
     rig.clock.advance(30)
     decision, writes = rig.run(slo)
     assert (decision.action, writes, decision.numbers["updates"]) == ("none", [], 0)
-    assert decision.numbers["known"] == (5 if rig.mode == "v2" else 4)
+    assert decision.numbers["known"] == 4
     rig.clock.advance(31)
     decision, writes = rig.run(slo)
-    assert writes == throttles(rig.mode, "254:0", wbps=MIB4, riops=100) + (
-        weight(rig.mode, "254:0", 100) if rig.mode == "v2" else [])
+    assert writes == throttles(rig.mode, "254:0", wbps=MIB4, riops=100)
 
 
-def test_anolis_v1_weight(fake_host: FakeHost, tmp_path: Path) -> None:
-    fake_host.set_mode("v1", features=DEFAULT_FEATURES | {"anolis"})
+IOCOST_VDA = "254:0 enable=1 ctrl=user rpct=95 rlat=3000 wpct=95 wlat=3000"
+
+
+@pytest.mark.parametrize(("mode", "features"), [("v1", {"anolis"}), ("v2", {"iocost"})])
+def test_weight_goes_to_disks_with_iocost_on(fake_host: FakeHost, tmp_path: Path, mode: str, features: set[str]
+                                            ) -> None:
+    # The kernel takes a per-disk weight only where iocost is on: the root line goes first, then the weight.
+    fake_host.set_mode(mode, features=DEFAULT_FEATURES | features)
     rig = make_rig(fake_host, tmp_path)
-    _, writes = rig.run(be(device("vda", writeBPS=MIB4, ioWeightPercent=30)))
-    assert writes == [*throttles("v1", "254:0", wbps=MIB4), ("blkio.cost.weight", "254:0 30")]
+    slo = spec(be={"enable": True, "blocks": [device("vda", writeBPS=MIB4, ioWeightPercent=30),
+                                             device("vdb", readIOPS=5, ioWeightPercent=40)]},
+               root={"enable": True, "blocks": [device("vda")]})
+    decision, writes = rig.run(slo)
+    cost_file = "io.cost.qos" if mode == "v2" else "blkio.cost.qos"
+    assert writes == [(cost_file, IOCOST_VDA), *throttles(mode, "254:0", wbps=MIB4), *weight(mode, "254:0", 30),
+                      *throttles(mode, "254:16", riops=5)]
+    assert decision.numbers["notes"] == [
+        "ioWeightPercent of disk 254:16 (blocks[1] (device vdb)) not applied: "
+        "iocost is off for it (enable it with resourceQOSStrategy.cgroupRoot.blkioQOS)"]
+
+
+@pytest.mark.parametrize(("mode", "features"), [("v1", {"anolis"}), ("v2", {"iocost"})])
+def test_weight_goes_to_disks_whose_iocost_someone_else_turned_on(fake_host: FakeHost, tmp_path: Path, mode: str,
+                                                                 features: set[str]) -> None:
+    fake_host.set_mode(mode, features=DEFAULT_FEATURES | features)
+    rig = make_rig(fake_host, tmp_path)
+    cost_file = "io.cost.qos" if mode == "v2" else "blkio.cost.qos"
+    where = {} if mode == "v2" else {"subsystem": "blkio"}
+    rig.host.write_cgroup("", cost_file, "254:16 enable=1 ctrl=auto\n", **where)
+    decision, writes = rig.run(be(device("vdb", readIOPS=5, ioWeightPercent=40)))
+    assert writes == [*throttles(mode, "254:16", riops=5), *weight(mode, "254:16", 40)]
+    assert decision.numbers["notes"] == []
+
+
+def test_v2_weight_with_iocost_off_is_left_alone(fake_host: FakeHost, tmp_path: Path) -> None:
+    # Measured in the v2 guest (tests/vm): io.weight exists in every child, but "254:0 100" on a disk whose iocost
+    # is off is refused with EOPNOTSUPP. A default weight is simply not written; another one is a note.
+    fake_host.set_mode("v2", features=DEFAULT_FEATURES | {"iocost"})
+    rig = make_rig(fake_host, tmp_path)
+    decision, writes = rig.run(be(device("vda", writeBPS=MIB4)))
+    assert writes == throttles("v2", "254:0", wbps=MIB4) and decision.numbers["notes"] == []
 
 
 def test_weight_without_the_kernel_file_is_a_note(fake_host: FakeHost, tmp_path: Path) -> None:
@@ -182,9 +215,7 @@ def test_weight_without_the_kernel_file_is_a_note(fake_host: FakeHost, tmp_path:
 def test_changed_device_removes_the_old_one(rig: Rig) -> None:
     rig.run(be(device("vda", writeBPS=MIB4, ioWeightPercent=50)))
     decision, writes = rig.run(be(device("vdb", readBPS=MIB4)))
-    v2 = rig.mode == "v2"
-    assert writes == (throttles(rig.mode, "254:0") + (weight(rig.mode, "254:0", 100) if v2 else [])
-                      + throttles(rig.mode, "254:16", rbps=MIB4) + (weight(rig.mode, "254:16", 100) if v2 else []))
+    assert writes == throttles(rig.mode, "254:0") + throttles(rig.mode, "254:16", rbps=MIB4)
     assert decision.numbers["be_removed"] == ["254:0"]
     assert "limits removed on 254:0" in decision.summary
 
@@ -208,10 +239,8 @@ def test_disabling_blkio_qos_removes_everything(rig: Rig) -> None:
     rig.run(be(device("vda", writeBPS=MIB4), device("vdb", readIOPS=10)))
     off = be(device("vda", writeBPS=MIB4), enable=False)
     decision, writes = rig.run(off, enabled=False)
-    v2 = rig.mode == "v2"
     # The same "maj:min 0" lines went to the v1 files in the first round: removals are written anyway.
-    assert writes == (throttles(rig.mode, "254:0") + (weight(rig.mode, "254:0", 100) if v2 else [])
-                      + throttles(rig.mode, "254:16") + (weight(rig.mode, "254:16", 100) if v2 else []))
+    assert writes == throttles(rig.mode, "254:0") + throttles(rig.mode, "254:16")
     assert decision.action == "recover"
     assert decision.numbers["be_removed"] == ["254:0", "254:16"]
     assert decision.summary == (f"blkio QoS off: removed the limits of 2 disks in {BE_DIR}: "
@@ -247,7 +276,7 @@ def test_bad_blocks_change_nothing(rig: Rig, slo: NodeSLOSpec, error: str) -> No
     assert decision.action == "error"
     assert decision.summary == f"blkio QoS not changed: {error}"
     assert decision.numbers["error"] == error
-    assert decision.numbers["be_in_force"] == {"254:0": "with weight" if rig.mode == "v2" else "throttles only"}
+    assert decision.numbers["be_in_force"] == {"254:0": "throttles only"}
 
 
 def test_first_round_error_writes_nothing(rig: Rig) -> None:
