@@ -45,6 +45,12 @@ BUSY = "while True: pass"
 INTERVAL = 1.0
 THRESHOLD_PERCENT = 75
 TOLERANCE_CORES = 0.05
+GUEST_TOLERANCE_RATIO = 0.1
+"""Extra allowance in the v2 guest, as a share of the target.  The guest runs under TCG on a shared host and
+its CPU-time counters and its clock drift apart by several per cent: guests measured BE pinned to one CPU at
+1.017 cores, and BE at 1.034 cores under a 0.97-core quota and 1.435 under 1.327 (8%), the same over the
+whole interval as from the second period on, so not the refill of a quota write.  The host (v1) keeps
+the plain 0.05 core."""
 CFS_PERIOD_SECONDS = 0.1
 BE_DIR = "kubepods/besteffort"
 
@@ -86,6 +92,10 @@ class Round:
     """BE's usage over the interval after the decision from its second CFS period on, as the kernel counts it."""
     be_used_whole: float
     """The same over the whole interval, for the record."""
+    be_used_per_period: float | None
+    """cfsQuota policy: BE's usage per CFS period the kernel ran (``cpu.stat`` nr_periods), over the same time
+    as ``be_used``.  The quota is a budget per period, and both counters are the kernel's own, so this holds
+    where the guest's clock and its CPU-time accounting drift apart (TCG on a shared host)."""
 
 
 @dataclass
@@ -101,6 +111,9 @@ class Rig:
 
     def cpuset(self) -> str:
         return self.groups.cpuset_cpus(BE_DIR)
+
+    def periods(self) -> int:
+        return self.groups.cpu_throttling(BE_DIR)[0]
 
     def quota(self) -> int:
         quota, period = self.groups.cpu_quota(BE_DIR)
@@ -126,14 +139,16 @@ class Rig:
             target = self.quota() / 100_000
         whole = self.be_usage_ns()
         time.sleep(CFS_PERIOD_SECONDS)
-        before, start = self.be_usage_ns(), time.monotonic()
+        before, periods_before, start = self.be_usage_ns(), self.periods(), time.monotonic()
         time.sleep(max(0.0, decided + INTERVAL - start))
-        after, end = self.be_usage_ns(), time.monotonic()
+        after, periods_after, end = self.be_usage_ns(), self.periods(), time.monotonic()
         used = (after - before) / 1e9 / (end - start)
-        result = Round(phase, decision, target, used, (after - whole) / 1e9 / (end - decided))
+        periods = periods_after - periods_before
+        per_period = (after - before) / 1e9 / (periods * CFS_PERIOD_SECONDS) if periods > 0 else None
+        result = Round(phase, decision, target, used, (after - whole) / 1e9 / (end - decided), per_period)
         self.rounds.append(result)
         print(f"{phase:>8}: target {target:.3f} cores, BE measured {used:.3f} (whole interval "
-              f"{result.be_used_whole:.3f}) | {decision.summary}")
+              f"{result.be_used_whole:.3f}, per CFS period {per_period}) | {decision.summary}")
         return result
 
 
@@ -185,46 +200,84 @@ def run_scenario(rig: Rig, policy: str, recover_rounds: int) -> tuple[list[Round
     return idle, busy, recovered
 
 
-def _assert_within_target(rounds: Sequence[Round]) -> None:
+def _assert_within_target(rounds: Sequence[Round], version: int) -> None:
     for r in rounds:
-        assert r.be_used <= r.target_cores + TOLERANCE_CORES, (r.phase, r.target_cores, r.be_used, r.decision.summary)
+        if r.be_used_per_period is not None:
+            # A quota: what BE ran per CFS period against the quota per period.
+            assert r.be_used_per_period <= r.target_cores + TOLERANCE_CORES, (
+                r.phase, r.target_cores, r.be_used_per_period, r.be_used, r.decision.summary)
+            continue
+        allowance = TOLERANCE_CORES + (GUEST_TOLERANCE_RATIO * r.target_cores if version == 2 else 0.0)
+        assert r.be_used <= r.target_cores + allowance, (
+            r.phase, r.target_cores, r.be_used, r.decision.summary)
+
+
+def _expected_cpus(r: Round, previous: float, node_cpus: int) -> int:
+    """Koordinator's BE cpuset size for what the collectors measured in this round: ceil(suppress cores),
+    at least the minimum of 1, at most ceil(10% x CPUs) = 1 more than before, at most the node's CPUs."""
+    wanted = max(-(-round(r.decision.numbers["suppress_cores"] * 1000) // 1000), 1)
+    return int(min(wanted, previous + 1, node_cpus))
 
 
 def test_cpuset_policy_suppresses_and_regrows(real_cgroups: RealCgroups, tmp_path: Path) -> None:
     # Koordinator's minimum of 2 CPUs would leave nothing to suppress on this 2-CPU host: BE could never
     # lose a CPU.  A minimum of 1 lets the policy act here; the arithmetic is otherwise Koordinator's.
     rig = make_rig(real_cgroups, tmp_path, QoSManagerConfig(be_min_cpuset_cpus=1))
+    node_cpus = len(read_node_info(HostPaths()).online_cpus)
     idle, busy, recovered = run_scenario(rig, "cpuset", recover_rounds=2)
-    assert all(r.target_cores == 2 for r in idle), [r.decision.summary for r in idle]
-    assert idle[-1].be_used > 1.5  # both BE loops ran on both CPUs
-    # Within one interval of the LS step BE is down to one CPU and stays there.
-    assert all(r.target_cores == 1 for r in busy), [r.decision.summary for r in busy]
-    _assert_within_target(idle + busy + recovered)
-    # LS stopped: BE grows back by at most ceil(10% x 2) = 1 CPU per round, and does get it back.
-    previous = busy[-1].target_cores
-    for r in recovered:
-        assert r.target_cores - previous <= r.decision.numbers["growth_limit"] == 1
+    _assert_within_target(idle + busy + recovered, real_cgroups.version)
+    # Every round's cpuset follows the LS and system usage measured in it (on a quiet machine: 2 CPUs idle,
+    # 1 with the LS loop; LS gets less than a core when other guests load the host).
+    previous = float(node_cpus)
+    for r in idle + busy + recovered:
+        assert r.target_cores == _expected_cpus(r, previous, node_cpus), (r.phase, r.decision.summary)
         previous = r.target_cores
-    assert recovered[0].target_cores == 2 and recovered[-1].be_used > 1.5
+    # The LS step is seen: BE is cut to one CPU within the rounds after it (LS measured at least half a core).
+    assert any(r.target_cores == 1 for r in busy), [r.decision.summary for r in busy]
+    # LS stopped: BE grows back by at most ceil(10% x 2) = 1 CPU per round (the per-round check above), and
+    # gets every CPU back when the usage measured leaves room; where other work fills the host it stays small.
+    assert all(r.decision.numbers["growth_limit"] == 1 for r in recovered)
+    if recovered[-1].decision.numbers["suppress_cores"] > 1:
+        assert recovered[-1].target_cores == node_cpus, [r.decision.summary for r in recovered]
+    # With both CPUs BE's two loops run beyond one CPU's worth: impossible inside a one-CPU cpuset.
+    for r in (idle[-1], recovered[-1]):
+        if r.target_cores == node_cpus:
+            assert r.be_used > 1.0, (r.phase, r.be_used, r.decision.summary)
     assert rig.quota() == -1  # the other policy stays recovered
 
 
 def test_cfs_quota_policy_suppresses_and_regrows(real_cgroups: RealCgroups, tmp_path: Path) -> None:
     rig = make_rig(real_cgroups, tmp_path, QoSManagerConfig())
     idle, busy, recovered = run_scenario(rig, "cfsQuota", recover_rounds=4)
-    _assert_within_target(idle + busy + recovered)
-    # The LS step cuts BE's quota in the first round after it: 1.5 - LS - system.  LS's one busy thread gets
-    # between 0.75 and 1 core while BE still holds 1.5 cores of quota on the 2 CPUs (CI once measured 0.9, so
-    # the target was 0.602): the cut is what matters, at least 0.5 core below the idle quota.
-    assert busy[0].target_cores <= 0.75 and busy[0].target_cores < idle[-1].target_cores - 0.5
+    _assert_within_target(idle + busy + recovered, real_cgroups.version)
+    # Every round's quota follows what the collectors measured: (75% x 2 - LS - system) cores per 100 ms, at
+    # least 2000 us, unless the step limit or the 1% dead band applied (the decision says which).
+    for r in idle + busy + recovered:
+        n = r.decision.numbers
+        if not (n["stepped"] or n["skipped"]):
+            free = THRESHOLD_PERCENT / 100 * n["capacity_cpus"] - n["ls_used_cores"] - n["system_used_cores"]
+            assert abs(n["quota_us"] - max(free * 100_000, 2000)) <= 1000, (r.phase, r.decision.summary)
+    # The LS step cuts BE's quota (by what LS was measured to use: 0.5-1 core on a quiet host, less when the
+    # host starves the guest's vCPUs), and at least half a core when LS was measured at a core's half or more.
+    # A host whose other work already held BE at the 2000 us minimum before LS started has nothing to cut.
+    peak = max(busy, key=lambda r: r.decision.numbers["ls_used_cores"])
+    floor = idle[-1].decision.numbers["quota_us"] <= 2000
+    assert peak.target_cores < idle[-1].target_cores or floor, [r.decision.summary for r in idle + busy]
+    if peak.decision.numbers["ls_used_cores"] >= 0.5 and not floor:
+        # (down to the 2000 us minimum when the idle quota had less than half a core to give)
+        assert peak.target_cores <= max(idle[-1].target_cores - 0.5, 0.02) + 0.01, [
+            r.decision.summary for r in idle + busy]
     # LS stopped: the quota climbs by at most 10% x 2 CPUs x 100000 = 20000 us per round.
+    # It climbs back only where the usage measured leaves room (other work on a shared host may not).
+    quiet = all(r.decision.numbers["system_used_cores"] < 0.25 for r in idle + recovered)
     previous = busy[-1].decision.numbers["quota_us"]
     for r in recovered:
         quota = r.decision.numbers["quota_us"]
-        assert 0 <= quota - previous <= 20_000, (previous, quota, r.decision.summary)
+        assert quota - previous <= 20_000 and (quota >= previous or not quiet), (previous, quota, r.decision.summary)
         previous = quota
-    assert recovered[-1].decision.numbers["quota_us"] > busy[-1].decision.numbers["quota_us"]
-    assert recovered[-1].be_used > busy[-1].be_used
+    if quiet:
+        assert recovered[-1].decision.numbers["quota_us"] > busy[-1].decision.numbers["quota_us"]
+        assert recovered[-1].be_used > busy[-1].be_used
     # The cpuset policy is not in use: BE keeps every CPU of the node.
     assert rig.cpuset() == format_cpulist(read_node_info(HostPaths()).online_cpus)
 

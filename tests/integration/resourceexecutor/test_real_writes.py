@@ -120,6 +120,8 @@ def test_cpu_shares_become_kubelets_cpu_weight(real_cgroups: RealCgroups, tmp_pa
     assert result.outcome is Outcome.WRITTEN, result.error
     if real_cgroups.version == 2:
         assert read(real_cgroups, "cpu", "", "cpu.weight") == str(kubelet_cpu_weight(shares))
+        print(f"shares {shares} -> {result.path}: wrote {result.text!r}, kernel holds "
+              f"{read(real_cgroups, 'cpu', '', 'cpu.weight')!r}")
     else:
         assert read(real_cgroups, "cpu", "", "cpu.shares") == str(shares)
 
@@ -364,6 +366,8 @@ def test_io_throttle_reaches_the_kernel(real_cgroups: RealCgroups, tmp_path: Pat
     results = ex.apply([upd(key, real_cgroups.name, (major, minor, value)) for key, value in wanted.items()])
     assert [res.outcome for res in results] == [Outcome.WRITTEN] * 4, [res.error for res in results]
     assert io_limits(real_cgroups, devno) == {IO_KEYS[key]: value for key, value in wanted.items()}
+    print(f"io throttle {devno}: wrote {[text for _, text in writer.order]}, "
+          f"kernel holds {io_limits(real_cgroups, devno)}")
     if real_cgroups.version == 2:
         assert [text for _, text in writer.order] == [f"{devno} {IO_KEYS[k]}={v}" for k, v in wanted.items()]
     # 0 lifts a limit: v1 drops the rule, v2 writes "max" (the line goes once every key is max).
@@ -410,5 +414,7 @@ def test_io_weight_needs_iocost(real_cgroups: RealCgroups, tmp_path: Path) -> No
         (weight,) = ex.apply([upd("blkio_cost_weight", rel, (major, minor, 50))])
         assert weight.outcome is Outcome.WRITTEN, weight.error
         assert read(real_cgroups, "io", "", "io.weight").splitlines() == ["default 100", f"{devno} 50"]
+        print(f"io.weight: before iocost {before.outcome.value} ({before.error}); io.cost.qos {qos_line!r}; "
+              f"io.weight {read(real_cgroups, 'io', '', 'io.weight').splitlines()}")
     finally:
         ex.apply([upd("blkio_cost_qos", "", f"{devno} enable=0")])
