@@ -89,13 +89,9 @@ class Round:
     target_cores: float
     """What the decision enforces: BE's CPU count, or its quota / period."""
     be_used: float
-    """BE's usage over the interval after the decision from its second CFS period on, as the kernel counts it."""
+    """BE's usage over the interval after the decision from its third CFS period on, as the kernel counts it."""
     be_used_whole: float
     """The same over the whole interval, for the record."""
-    be_used_per_period: float | None
-    """cfsQuota policy: BE's usage per CFS period the kernel ran (``cpu.stat`` nr_periods), over the same time
-    as ``be_used``.  The quota is a budget per period, and both counters are the kernel's own, so this holds
-    where the guest's clock and its CPU-time accounting drift apart (TCG on a shared host)."""
 
 
 @dataclass
@@ -111,9 +107,6 @@ class Rig:
 
     def cpuset(self) -> str:
         return self.groups.cpuset_cpus(BE_DIR)
-
-    def periods(self) -> int:
-        return self.groups.cpu_throttling(BE_DIR)[0]
 
     def quota(self) -> int:
         quota, period = self.groups.cpu_quota(BE_DIR)
@@ -138,17 +131,17 @@ class Rig:
             assert self.quota() == decision.numbers["quota_us"], decision.summary
             target = self.quota() / 100_000
         whole = self.be_usage_ns()
-        time.sleep(CFS_PERIOD_SECONDS)
-        before, periods_before, start = self.be_usage_ns(), self.periods(), time.monotonic()
+        # Two periods, not one: under TCG a loaded host delays the guest's period timer, so the period of the
+        # write (with its refilled runtime) can last longer than 100 ms of the guest's clock.
+        time.sleep(2 * CFS_PERIOD_SECONDS)
+        before, start = self.be_usage_ns(), time.monotonic()
         time.sleep(max(0.0, decided + INTERVAL - start))
-        after, periods_after, end = self.be_usage_ns(), self.periods(), time.monotonic()
+        after, end = self.be_usage_ns(), time.monotonic()
         used = (after - before) / 1e9 / (end - start)
-        periods = periods_after - periods_before
-        per_period = (after - before) / 1e9 / (periods * CFS_PERIOD_SECONDS) if periods > 0 else None
-        result = Round(phase, decision, target, used, (after - whole) / 1e9 / (end - decided), per_period)
+        result = Round(phase, decision, target, used, (after - whole) / 1e9 / (end - decided))
         self.rounds.append(result)
         print(f"{phase:>8}: target {target:.3f} cores, BE measured {used:.3f} (whole interval "
-              f"{result.be_used_whole:.3f}, per CFS period {per_period}) | {decision.summary}")
+              f"{result.be_used_whole:.3f}) | {decision.summary}")
         return result
 
 
@@ -202,11 +195,6 @@ def run_scenario(rig: Rig, policy: str, recover_rounds: int) -> tuple[list[Round
 
 def _assert_within_target(rounds: Sequence[Round], version: int) -> None:
     for r in rounds:
-        if r.be_used_per_period is not None:
-            # A quota: what BE ran per CFS period against the quota per period.
-            assert r.be_used_per_period <= r.target_cores + TOLERANCE_CORES, (
-                r.phase, r.target_cores, r.be_used_per_period, r.be_used, r.decision.summary)
-            continue
         allowance = TOLERANCE_CORES + (GUEST_TOLERANCE_RATIO * r.target_cores if version == 2 else 0.0)
         assert r.be_used <= r.target_cores + allowance, (
             r.phase, r.target_cores, r.be_used, r.decision.summary)

@@ -1,5 +1,6 @@
 """koord-runtime-proxy between a CRI client and real containerd 1.6, calling koordlet's real RuntimeHookService:
-BE containers land with the hooked values in their cgroup files; a dead hook server is handled per failure
+BE containers land with the hooked values in their cgroup files (v1 on the host, v2 in the guest of
+``python -m tests.vm``); a dead hook server is handled per failure
 policy; a proxy restarted while pods come and go loses no pod and its Post-stop hooks still get pod info.
 """
 
@@ -33,7 +34,14 @@ from koordlet.runtimehooks.framework import FailurePolicy, Hook, HookContext, Ho
 from koordlet.runtimehooks.hooks import build_hooks
 from koordlet.runtimehooks.hookserver.server import HookServer
 from runtimeproxy.server import Proxy, ProxyOptions
-from tests.fixtures.containerd import Containerd, CriClient, read_container_cgroup, unique_pod_uid
+from tests.fixtures.containerd import (
+    Containerd,
+    CriClient,
+    container_cgroup_files,
+    read_container_cgroup,
+    read_container_cgroup_files,
+    unique_pod_uid,
+)
 from tests.fixtures.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -127,16 +135,16 @@ def be_pod(client: CriClient, containerd: Containerd, name: str, labels: dict[st
                           annotations=BE_ANNOTATIONS), parent
 
 
-def test_be_containers_land_with_the_hooked_values(rig: Rig, proxy: Proxy) -> None:
+def test_be_containers_land_with_the_hooked_values(rig: Rig, proxy: Proxy, cgroup_version: int) -> None:
     rig.start_hooks()
     proxy.registry.reload()  # the watcher would see the registration within its poll interval
     client = through(rig)
     pod_id, parent = be_pod(client, rig.containerd, "be")
     container_id = client.create_container(pod_id, None, "main", SLEEP, resources=ORIGINAL)
     client.start(container_id)
-    assert read_container_cgroup(parent, container_id, "cpu.shares") == "512"
-    assert read_container_cgroup(parent, container_id, "cpu.cfs_quota_us") == "100000"
-    assert read_container_cgroup(parent, container_id, "memory.limit_in_bytes", "memory") == str(256 << 20)
+    # The hooks replaced the CRI's 2 shares and no quota: 500m batch-cpu request, 1000m limit, 256Mi memory.
+    expected = container_cgroup_files(cgroup_version, shares=512, quota_us=100_000, memory_bytes=256 << 20)
+    assert read_container_cgroup_files(parent, container_id, expected) == expected
     client.stop(container_id)
     client.remove(container_id)
     client.stop_pod(pod_id)
