@@ -215,13 +215,15 @@ class ProxyProcess:
 
 
 def retry(call: Callable[..., Any], *args: Any, timeout: float = 30.0, **kwargs: Any) -> Any:
-    """Kubelet retries a CRI call that failed because the proxy was restarting."""
+    """Kubelet retries a CRI call that failed because the proxy was restarting: UNAVAILABLE while it is down,
+    CANCELLED for a call in flight when a SIGTERM'd proxy's gRPC server stopped."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             return call(*args, **kwargs)
         except grpc.RpcError as exc:
-            if exc.code() is not grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+            restarting = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+            if not restarting or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
 
