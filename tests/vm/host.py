@@ -240,14 +240,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.vm",
         description="Boot a pure cgroup v2 guest (virtme-ng) and run the cgroupv2 tests in it. "
-        "Arguments after -- go to the guest's pytest (default selection: tests/integration -m cgroupv2).",
+        "The first positional argument and everything after it (or everything after --) go to the guest's "
+        "pytest; the default selection is tests/integration -m cgroupv2.",
     )
     parser.add_argument("--junitxml", type=Path, help="copy the guest's junit file here")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS, help="seconds for the whole guest")
-    parser.add_argument("pytest_args", nargs="*")
+    # REMAINDER: everything from the first pytest argument on is pytest's, options such as -k included.
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     try:
-        return run(args.pytest_args, args.junitxml, args.timeout)
+        return run(pytest_args, args.junitxml, args.timeout)
     except VMError as exc:
         print(f"v2 guest: ERROR: {exc}", file=sys.stderr, flush=True)
         return 3
