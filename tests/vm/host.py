@@ -14,10 +14,12 @@ the v2 suite never skips.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -126,15 +128,29 @@ def choose_accel(vng: str, kernel: Path) -> Accel:
     cmd = _vng_command(vng, kernel, "kvm", f"echo {PROBE_MARKER}")
     started = time.monotonic()
     try:
-        probe = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=KVM_PROBE_SECONDS, env=_tool_env(), stdin=subprocess.DEVNULL
-        )
+        code, out, err = run_group(cmd, KVM_PROBE_SECONDS, capture=True)
     except subprocess.TimeoutExpired:
         return Accel("tcg", f"a KVM guest printed nothing within {KVM_PROBE_SECONDS:g} s (nested virtualisation)")
-    if probe.returncode == 0 and PROBE_MARKER in probe.stdout:
+    if code == 0 and PROBE_MARKER in out:
         return Accel("kvm", f"KVM probe boot answered in {time.monotonic() - started:.1f} s")
-    last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
-    return Accel("tcg", f"KVM probe failed (exit {probe.returncode}: {last})")
+    last = (err.strip().splitlines() or ["no output"])[-1]
+    return Accel("tcg", f"KVM probe failed (exit {code}: {last})")
+
+
+def run_group(cmd: Sequence[str], timeout: float, capture: bool = False) -> tuple[int, str, str]:
+    """Runs ``cmd`` in a process group of its own; on timeout the whole group is killed (vng starts
+    virtme-run, which starts qemu: killing vng alone would leave a guest running) and TimeoutExpired raised."""
+    pipe = subprocess.PIPE if capture else None
+    with subprocess.Popen(cmd, env=_tool_env(), stdin=subprocess.DEVNULL, stdout=pipe, stderr=pipe, text=True,
+                          start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+        return proc.returncode, out or "", err or ""
 
 
 def guest_env() -> dict[str, str]:
@@ -184,11 +200,11 @@ def run(pytest_args: Sequence[str], junit_out: Path | None = None, timeout: floa
         cmd = _vng_command(vng, kernel, accel.name, exec_cmd, [results_dir], disk)
         started = time.monotonic()
         try:
-            proc = subprocess.run(cmd, timeout=timeout, env=_tool_env(), stdin=subprocess.DEVNULL)
+            code, _, _ = run_group(cmd, timeout)
         except subprocess.TimeoutExpired:
             raise VMError(f"the guest did not finish within {timeout:g} s ({accel.name})") from None
         elapsed = time.monotonic() - started
-        results = collect(results_dir, proc.returncode)
+        results = collect(results_dir, code)
         if junit_out is not None:
             shutil.copyfile(results_dir / "junit.xml", junit_out)
     report(results, elapsed, accel)

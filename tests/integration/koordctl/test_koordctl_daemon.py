@@ -23,7 +23,7 @@ from koordlet.config import load
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from koordlet.version import __version__
-from tests.fixtures.realcgroup import RealCgroups
+from tests.fixtures.realcgroup import RealCgroups, kubelet_cpu_weight, shares_from_weight
 from tests.fixtures.waiting import wait_until
 from tests.integration.koordctl.test_top_tmux import Tmux, top_command
 
@@ -31,8 +31,8 @@ SLEEP = "import signal; signal.pause()"
 LS_SHARES = 777
 # kubelet's shares -> weight and Koordinator's weight -> shares (integer division both ways): v2 keeps only the
 # weight, so the agent shows the shares that weight maps back to.
-LS_WEIGHT = 1 + (LS_SHARES - 2) * 9999 // 262142
-LS_SHARES_SEEN_ON_V2 = 2 + (LS_WEIGHT - 1) * 262142 // 9999
+LS_WEIGHT = kubelet_cpu_weight(LS_SHARES)
+LS_SHARES_SEEN_ON_V2 = shares_from_weight(LS_WEIGHT)
 
 
 

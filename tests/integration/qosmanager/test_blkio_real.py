@@ -33,7 +33,7 @@ from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver
 from koordlet.system.layout import detect_layout
-from tests.fixtures.realcgroup import CGROUP_ROOT, RealCgroups
+from tests.fixtures.realcgroup import CGROUP_ROOT, SCRATCH_DISK, RealCgroups, disk_of
 from tests.fixtures.waiting import wait_until
 from tests.unit.qosmanager.fakes import FakeInformer
 
@@ -45,9 +45,6 @@ WINDOW_SECONDS = 5.0
 BLOCK = 64 << 10
 BLOCKS = 1000  # 62.5 MiB: ~27 MiB go at the limit, the rest quickly once it is lifted
 BE_DIR = "kubepods/besteffort"
-SCRATCH_DISK = "KOORDLET_VM_DISK"
-"""The guest's raw scratch disk (set by tests/vm), the only disk there a test may write."""
-
 WRITER = """
 import mmap, os
 fd = os.open({target!r}, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
@@ -57,18 +54,6 @@ for _ in range({blocks}):
     os.write(fd, buf)
 os.close(fd)
 """
-
-
-def disk_of(path: Path) -> tuple[str, str]:
-    """(kernel name, maj:min) of the whole disk holding ``path`` (or being it, for a block device)."""
-    st = os.stat(path)
-    dev = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
-    sys_dir = Path(os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"))
-    if not (sys_dir / "dev").is_file():
-        pytest.skip(f"{path} is on no block device (device {os.major(dev)}:{os.minor(dev)}, a tmpfs?)")
-    if (sys_dir / "partition").exists():
-        sys_dir = sys_dir.parent
-    return sys_dir.name, (sys_dir / "dev").read_text().strip()
 
 
 def write_target(tmp_path: Path) -> tuple[Path, bool]:

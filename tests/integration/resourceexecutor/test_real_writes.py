@@ -20,8 +20,7 @@ from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import AuditLog, CgroupUpdate, FileWriter, Outcome, ResourceExecutor
 from koordlet.system import HostPaths, detect_layout
 from koordlet.system.validators import format_cpulist, parse_cpulist
-from tests.fixtures.realcgroup import CGROUP_ROOT, RealCgroups
-from tests.integration.qosmanager.test_blkio_real import SCRATCH_DISK, disk_of
+from tests.fixtures.realcgroup import CGROUP_ROOT, SCRATCH_DISK, RealCgroups, disk_of, kubelet_cpu_weight
 
 pytestmark = pytest.mark.integration
 
@@ -72,14 +71,6 @@ def upd(resource: str, rel: str, value: object) -> CgroupUpdate:
 def audit_records(audit: AuditLog) -> list[dict[str, object]]:
     with open(audit.path, encoding="utf-8") as f:
         return [json.loads(line) for line in f]
-
-
-def kubelet_cpu_weight(shares: int) -> int:
-    """kubelet's cpu.shares -> cpu.weight (pkg/kubelet/cm/cgroup_manager_linux.go CpuSharesToCpuWeight, also
-    runc's ConvertCPUSharesToCgroupV2Value and Koordinator's cpuWeightFromShares): integer (floor) division,
-    shares clamped to the kernel's 2..262144 first.  Written out here so the agent's own mapping is checked."""
-    shares = min(max(shares, 2), 262144)
-    return 1 + ((shares - 2) * 9999) // 262142
 
 
 def test_cpu_and_memory_values_reach_the_kernel(real_cgroups: RealCgroups, tmp_path: Path) -> None:

@@ -4,10 +4,12 @@ means, the scratch disk's discovery, the accelerator choice and the argument spl
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.waiting import wait_until
 from tests.vm import guest, host
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
@@ -103,3 +105,20 @@ def test_shell_quoting_of_pytest_arguments() -> None:
     assert host._quote("tests/integration/native") == "tests/integration/native"
     assert host._quote("v2 and not slow") == "'v2 and not slow'"
     assert host._quote("it's") == "'it'\"'\"'s'"
+
+
+def test_a_timed_out_guest_leaves_no_process_behind(tmp_path: Path) -> None:
+    # vng -> virtme-run -> qemu: a hung KVM probe once left qemu spinning for the rest of a CI run.
+    pidfile = tmp_path / "grandchild.pid"
+    with pytest.raises(subprocess.TimeoutExpired):
+        host.run_group(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout=1.0)
+    grandchild = int(pidfile.read_text())
+
+    def gone() -> bool:
+        try:
+            state = Path(f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        return state == "Z"  # killed, waiting for its new parent to reap it
+
+    wait_until(f"the grandchild {grandchild} to be killed", gone, timeout=5)
