@@ -19,24 +19,17 @@ from koordlet.statesinformer.kubelet import KubeletClient
 from koordlet.statesinformer.podsource import KubeletPodSource
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
+from tests.fixtures.agentrun import running
 from tests.fixtures.fakekubelet import Fault, make_pod
 
 
-def start(tmp_path: Path) -> Any:
+def build(tmp_path: Path) -> Any:
     config_file = tmp_path / "koordlet.yaml"
     config_file.write_text(f"standalone: true\nstateDir: {tmp_path / 'state'}\n"
                            "server: {addr: '127.0.0.1:0', debugSocket: ''}\n"
                            "runtimeHooks: {enableServer: false, enableNri: false}\n"
                            "discoverKubepods: false\n")
-    agent = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
-    for component in agent.components:
-        component.start(lambda exc: pytest.fail(f"component failed: {exc!r}"))
-    return agent
-
-
-def stop(agent: Any) -> None:
-    for component in reversed(agent.components):
-        component.stop(10)
+    return build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
 
 
 def collect_for(agent: Any, seconds: float) -> None:
@@ -47,20 +40,15 @@ def collect_for(agent: Any, seconds: float) -> None:
 
 
 def test_ten_minute_aggregates_span_a_restart(tmp_path: Path) -> None:
-    first = start(tmp_path)
-    try:
+    with running(build(tmp_path)) as first:
         collect_for(first, 2.0)
-    finally:
-        stop(first)  # flushes what is new to disk
+    # the stop flushed what is new to disk
     restarted_at = time.time()
-    second = start(tmp_path)
-    try:
+    with running(build(tmp_path)) as second:
         collect_for(second, 1.5)
         cache: MetricCache = second.cache
         aggregate = cache.aggregate(names.NODE_CPU_USAGE, (), 600)
         times, _ = cache.window(names.NODE_CPU_USAGE, (), restarted_at - 600, time.time())
-    finally:
-        stop(second)
     before = [t for t in times if t < restarted_at]
     after = [t for t in times if t >= restarted_at]
     assert len(before) >= 4 and len(after) >= 3, (len(before), len(after))

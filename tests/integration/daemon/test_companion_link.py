@@ -16,6 +16,7 @@ from koordlet.errors import ConfigError
 from koordlet.statesinformer.nodemetric import NodeMetricRunner
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
+from tests.fixtures.agentrun import running
 from tests.fixtures.waiting import wait_until
 
 
@@ -28,16 +29,8 @@ def config(tmp_path: Path, port: int, extra: str = "") -> Path:
     return path
 
 
-def start(path: Path, tmp_path: Path) -> Any:
-    agent = build_agent(load(path), tmp_path / "state", read_node_info(HostPaths()))
-    for component in agent.components:
-        component.start(lambda exc: pytest.fail(f"component failed: {exc!r}"))
-    return agent
-
-
-def stop(agent: Any) -> None:
-    for component in reversed(agent.components):
-        component.stop(10)
+def build(path: Path, tmp_path: Path) -> Any:
+    return build_agent(load(path), tmp_path / "state", read_node_info(HostPaths()))
 
 
 def suppress_threshold(agent: Any) -> int | None:
@@ -53,22 +46,18 @@ def test_the_koordlet_runs_the_companions_nodeslo_and_reports_to_it(tmp_path: Pa
                                            config_file=str(slo)))
     companion.start()
     port = companion.server.port
-    agent = start(config(tmp_path, port), tmp_path)
     try:
-        wait_until("the companion's NodeSLO in the QoS manager", lambda: suppress_threshold(agent) == 55)
-        reporter = next(c for c in agent.components if isinstance(c, NodeMetricRunner))
-        reporter.run_once()  # the next scheduled report is a minute away
-        wait_until("a NodeMetric report at the companion", lambda: companion.store.views(["node-link"])[0])
+        with running(build(config(tmp_path, port), tmp_path)) as agent:
+            wait_until("the companion's NodeSLO in the QoS manager", lambda: suppress_threshold(agent) == 55)
+            reporter = next(c for c in agent.components if isinstance(c, NodeMetricRunner))
+            reporter.run_once()  # the next scheduled report is a minute away
+            wait_until("a NodeMetric report at the companion", lambda: companion.store.views(["node-link"])[0])
     finally:
-        stop(agent)
         companion.stop()
     # Restarted while the companion is away: the persisted NodeSLO is in force before any QoS round.
-    agent = start(config(tmp_path, port), tmp_path)
-    try:
+    with running(build(config(tmp_path, port), tmp_path)) as agent:
         assert suppress_threshold(agent) == 55
         assert "persisted" in agent.qos.holder.current().origin
-    finally:
-        stop(agent)
 
 
 def test_companion_and_a_nodeslo_file_are_one_source_too_many(tmp_path: Path) -> None:

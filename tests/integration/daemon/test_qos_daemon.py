@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import generate_latest
 
@@ -15,19 +13,13 @@ from koordlet.cli.agent import build_agent
 from koordlet.config import load
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
+from tests.fixtures.agentrun import running
 from tests.fixtures.realcgroup import RealCgroups
+from tests.fixtures.waiting import wait_until
 
 BUSY = "while True: pass"
 SLEEP = "import signal; signal.pause()"
 
-
-def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 def test_local_nodeslo_drives_suppress_and_bad_file_keeps_last_good(real_cgroups: RealCgroups,
@@ -51,29 +43,29 @@ def test_local_nodeslo_drives_suppress_and_bad_file_keeps_last_good(real_cgroups
         f"standalone: true\nstateDir: {tmp_path / 'state'}\nserver: {{addr: '127.0.0.1:0', debugSocket: ''}}\n"
                            "runtimeHooks: {enableServer: false, enableNri: false}\n"
         f"host: {{cgroupKubeParent: {prefix}}}\nqos: {{nodesloFile: {nodeslo}, evictor: dry-run}}\n")
-    agent: Any = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
-    for component in agent.components:
-        component.start(lambda exc: None)
-    try:
+    with running(build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))) as agent:
         # Two cores x 65% minus an LS busy loop leaves BE well under one core: a quota is written.
-        wait_for(lambda: 0 < be_quota() <= 60_000, 15, "a BE quota on kubepods/besteffort")
+        wait_until("a BE quota on kubepods/besteffort", lambda: 0 < be_quota() <= 60_000, 15)
         suppressed = be_quota()
         scrape = generate_latest(agent.metrics.internal).decode()
         assert 'koordlet_be_suppress_cpu_cores{node=' in scrape and 'type="cfsQuota"' in scrape
 
         nodeslo.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE:\n"
                            "    {enable: false, cpuSuppressThresholdPercent: 165}\n")
-        wait_for(lambda: agent.qos.holder.current().rejected is not None, 5, "the invalid NodeSLO to be rejected")
+        wait_until("the invalid NodeSLO to be rejected", lambda: agent.qos.holder.current().rejected is not None, 5)
         state = agent.qos.holder.current()
         assert "spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent" in (state.rejected or "")
         assert state.spec.resource_used_threshold_with_be.enable is True
-        time.sleep(2.5)
+        # Two suppress rounds decided after the rejection: the last good NodeSLO still drives them.
+        rejected_at = time.time()
+
+        def rounds_since_rejection() -> bool:
+            last = agent.qos.options.decisions.last("cpusuppress")
+            return last is not None and last.at > rejected_at + 1.0
+        wait_until("two cpusuppress rounds after the rejection", rounds_since_rejection, 10)
         assert 0 < be_quota() <= max(suppressed * 2, 60_000)
 
         nodeslo.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE: {enable: false}\n")
-        wait_for(lambda: be_quota() == -1, 10, "BE's quota to be recovered to -1")
+        wait_until("BE's quota to be recovered to -1", lambda: be_quota() == -1, 10)
         decision = agent.qos.options.decisions.last("cpusuppress")
         assert decision is not None
-    finally:
-        for component in reversed(agent.components):
-            component.stop(10)

@@ -17,6 +17,7 @@ from koordlet.config import load
 from koordlet.debugapi import contract
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
+from tests.fixtures.agentrun import running
 from tests.fixtures.debugclient import get
 from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
@@ -63,9 +64,7 @@ def test_debug_api_of_a_running_agent(real_cgroups: RealCgroups, tmp_path: Path,
         f"host: {{cgroupKubeParent: {prefix}}}\nqos: {{evictor: dry-run}}\n")
     agent: Any = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
     assert agent.debug is not None and agent.components[-1] is agent.debug
-    for component in agent.components:
-        component.start(lambda exc: pytest.fail(f"component failed: {exc!r}"))
-    try:
+    with running(agent):
         path = str(socket_path)
         assert socket_path.is_socket() and socket_path.stat().st_mode & 0o777 == contract.SOCKET_MODE
 
@@ -131,7 +130,4 @@ def test_debug_api_of_a_running_agent(real_cgroups: RealCgroups, tmp_path: Path,
         assert code == 200 and hooks["hooks"] == list(agent.hooks.runner.names)
         code, evictions = get(path, contract.EVICTIONS)
         assert (code, evictions) == (200, {"evictions": []})
-    finally:
-        for component in reversed(agent.components):
-            component.stop(10)
     assert not socket_path.exists()

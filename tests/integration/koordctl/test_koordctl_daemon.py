@@ -23,6 +23,7 @@ from koordlet.config import load
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from koordlet.version import __version__
+from tests.fixtures.agentrun import running
 from tests.fixtures.realcgroup import RealCgroups, kubelet_cpu_weight, shares_from_weight
 from tests.fixtures.waiting import wait_until
 from tests.integration.koordctl.test_top_tmux import Tmux, top_command
@@ -92,10 +93,7 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
         f"server: {{addr: '127.0.0.1:0', debugSocket: {sock}}}\n"
         "runtimeHooks: {enableServer: false, enableNri: false}\n"
         f"host: {{cgroupKubeParent: {prefix}}}\nqos: {{nodesloFile: {nodeslo}, evictor: dry-run}}\n")
-    agent: Any = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
-    for component in agent.components:
-        component.start(lambda exc: None)
-    try:
+    with running(build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))):
         wait_until(f"the debug socket {sock}", lambda: os.path.exists(sock), 10)
 
         status = document(sock, "status")
@@ -198,9 +196,6 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
             assert "EXIT=0" in session.wait_for(lambda s: "EXIT=" in s, "top to quit")
         finally:
             session.kill()
-    finally:
-        for component in reversed(agent.components):
-            component.stop(10)
 
     capsys.readouterr()
     message = (f"koordlet is not running (no debug socket at {sock}): start it with "

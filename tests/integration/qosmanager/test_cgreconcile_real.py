@@ -73,9 +73,9 @@ while held < {target}:
     block[::4096] = b"\\x01" * len(block[::4096])
     blocks.append(block)
     held += {step}
-import time
+import signal
 while True:
-    time.sleep(60)
+    signal.pause()  # holds the memory until the test kills it by PID
 """
 STEP = 4 * MIB
 

@@ -61,11 +61,11 @@ REFILL = 300 * MIB
 
 # Children touch every page they allocate, so anonymous usage is exactly what they hold.
 HOLD = """
-import time
+import signal
 block = bytearray({size})
 block[::4096] = b"\\x01" * len(block[::4096])
 while True:
-    time.sleep(60)
+    signal.pause()  # holds the memory until the test kills it by PID
 """
 GROW = """
 import time

@@ -68,6 +68,8 @@ class _Round:
     """Per update: the sent-cache key to record once it lands, or None (removals are never cached)."""
     known: int = 0
     notes: list[str] = field(default_factory=list)
+    cost_listed: set[DevNo] | None = None
+    """The disks with iocost on in the root's file, read once a round."""
 
 
 class BlkIOReconcile:
@@ -120,7 +122,7 @@ class BlkIOReconcile:
                                  "to the BE class and the cgroup root only")
         # The root first: a disk's iocost must be on before its besteffort weight is written.
         root_removed = self._plan_root(rnd, costs, root_cfg is not None and root_cfg.enable is True)
-        be_removed = self._plan_be(rnd, be_dir, limits, self._iocost_disks(rnd, costs))
+        be_removed = self._plan_be(rnd, be_dir, limits, self._iocost_disks(rnd, costs, root_removed))
         results = self._apply(rnd)
         return self._decide(rnd, be_dir, limits, be_removed, costs, root_removed, results)
 
@@ -168,14 +170,14 @@ class BlkIOReconcile:
             self._be_applied[dev] = weighted
         return [number(d) for d in removed]
 
-    def _iocost_disks(self, rnd: _Round, costs: dict[Any, RootCost]) -> set[DevNo]:
-        """Disks whose iocost is on in the root, or turned on this round.  The kernel takes a per-disk
-        ``io.weight`` / ``blkio.cost.weight`` line only for those (EOPNOTSUPP otherwise, as the v2 guest of
-        tests/vm showed), so the weight of any other disk is left alone."""
+    def _iocost_disks(self, rnd: _Round, costs: dict[Any, RootCost], root_removed: list[str]) -> set[DevNo]:
+        """Disks whose iocost is on in the root and stays on, or is turned on this round.  The kernel takes a
+        per-disk ``io.weight`` / ``blkio.cost.weight`` line only for those (EOPNOTSUPP otherwise, as the v2
+        guest of tests/vm showed), so the weight of any other disk is left alone."""
         on = {(cost.device.major, cost.device.minor) for cost in costs.values()}
         if REGISTRY[COST_QOS].supported(self.options.layout, ""):
             on |= self._listed_cost(rnd)
-        return on
+        return on - {dev for dev in map(_devno, root_removed) if dev is not None}
 
     def _unusable(self, be_dir: str) -> str | None:
         descriptor = REGISTRY["blkio_write_bps"]
@@ -253,6 +255,8 @@ class BlkIOReconcile:
         return [number(d) for d in removed]
 
     def _listed_cost(self, rnd: _Round) -> set[DevNo]:
+        if rnd.cost_listed is not None:
+            return rnd.cost_listed
         try:
             text = str(self.options.reader.read(COST_QOS, ""))
         except (KoordletError, OSError) as exc:
@@ -264,6 +268,7 @@ class BlkIOReconcile:
             dev = _devno(tokens[0]) if tokens else None
             if dev is not None and "enable=1" in tokens[1:]:
                 listed.add(dev)
+        rnd.cost_listed = listed
         return listed
 
     # ------------------------------------------------------------------------------------------ writing
