@@ -1,7 +1,7 @@
 """Wiring shared by every test: fixtures plugins, markers, and the rules for skipping.
 
 - ``integration``: the test needs root and the real host (cgroups, namespaces, containerd).  Every test
-  under ``tests/integration/`` gets the marker automatically.  Outside CI such a test skips when not
+  under ``tests/integration/`` and ``tests/e2e/`` gets the marker automatically.  Outside CI such a test skips when not
   root; under ``CI=true`` any skip of an integration test - at collection, setup or call - is turned
   into a failure that names the reason, because CI must exercise the real host.
 - ``bench``: a benchmark (``tests/bench/``); run by ``tox -e bench``, never by the default suite.
@@ -21,12 +21,15 @@ import pytest
 
 pytest_plugins = [
     "tests.fixtures.fakehost", "tests.fixtures.realcgroup", "tests.fixtures.fakekubelet", "tests.fixtures.containerd",
-    "tests.fixtures.fakeapiserver",
+    "tests.fixtures.fakeapiserver", "tests.fixtures.kubeletdriver",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TESTS_DIR = REPO_ROOT / "tests"
 INTEGRATION_DIR = TESTS_DIR / "integration"
+E2E_DIR = TESTS_DIR / "e2e"
+HOST_DIRS = (INTEGRATION_DIR, E2E_DIR)
+"""Tests of the real host: the node scenarios of ``tests/e2e`` count as integration tests."""
 BENCH_DIR = TESTS_DIR / "bench"
 
 CI_SKIP_MESSAGE = "integration test skipped under CI=true, which counts as a failure; skip reason: {reason}"
@@ -90,6 +93,10 @@ def _is_under(path: Path, directory: Path) -> bool:
     return path == directory or directory in path.parents
 
 
+def _on_host(path: Path) -> bool:
+    return any(_is_under(path, d) for d in HOST_DIRS)
+
+
 def host_cgroup_version(root: Path = Path("/sys/fs/cgroup")) -> int:
     """2 when the cgroup root is a pure v2 hierarchy, 1 for v1 and hybrid hosts."""
     return 2 if (root / "cgroup.controllers").is_file() else 1
@@ -101,7 +108,7 @@ _DESELECTED_FOR_VERSION = pytest.StashKey[int]()
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(item.path)
-        if _is_under(path, INTEGRATION_DIR):
+        if _on_host(path):
             item.add_marker(pytest.mark.integration)
         if _is_under(path, BENCH_DIR):
             item.add_marker(pytest.mark.bench)
@@ -163,7 +170,7 @@ def pytest_make_collect_report(
     # A module-level skip (pytest.skip(allow_module_level=True), importorskip) skips a whole file at
     # collection, before any item exists to carry the marker: judge it by where the file is.
     report = yield
-    if report.skipped and in_ci() and _is_under(Path(collector.path), INTEGRATION_DIR):
+    if report.skipped and in_ci() and _on_host(Path(collector.path)):
         report.outcome = "failed"
         report.longrepr = CI_SKIP_MESSAGE.format(reason=_skip_reason(report))
     return report

@@ -180,13 +180,15 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
     server = MetricsServer(metrics.routes, config.server.addr)
     executor, qos, audit = build_qos(config, state_dir, layout, driver, informer, cache, metrics, effective_gates,
                                      companion=client)
-    hooks = build_runtime_hooks(config, layout, informer, qos, audit, metrics, effective_gates, probes or {})
+    hooks = build_runtime_hooks(config, layout, informer, qos, executor, audit, metrics, effective_gates, probes or {})
     slo_source: list[Component] = []
     if client is not None:
         cache_path = config.companion.nodeslo_cache or str(state_dir / "nodeslo-companion.json")
         from koordlet.statesinformer.companion import CompanionNodeSLOSource
 
-        slo_source.append(CompanionNodeSLOSource(client, qos.holder, cache_path))
+        slo_source.append(CompanionNodeSLOSource(
+            client, qos.holder, cache_path,
+            on_policy=companion_sink.offer_policy if companion_sink is not None else None))
 
     components: list[Component] = [MetricCacheComponent(cache, config.metric_cache.flush_interval_seconds), informer]
     if not config.standalone:
@@ -251,18 +253,18 @@ def companion_status_of(address: str, source: Component, sink: CompanionNodeMetr
 
 
 def build_runtime_hooks(config: Config, layout: Any, informer: StatesInformer, qos: QoSManager,
-                        audit: AuditLog, metrics: KoordletMetrics, effective_gates: Mapping[str, bool],
-                        probes: Mapping[str, bool]) -> RuntimeHooks:
+                        executor: ResourceExecutor, audit: AuditLog, metrics: KoordletMetrics,
+                        effective_gates: Mapping[str, bool], probes: Mapping[str, bool]) -> RuntimeHooks:
     """The hooks (those whose gate is on) over the QoS manager's executors and NodeSLO, and their transports."""
     options = qos.options
     deps = HookDeps(layout=layout, gates=effective_gates, probes=probes,
                     nodeslo=lambda: qos.holder.current().spec, coresched=options.coresched, cookies=options.cookies,
-                    resctrl=options.resctrl)
+                    resctrl=options.resctrl, shared_pools=informer.shared_pools)
     hooks_config = config.runtime_hooks
     runner = HookRunner(build_hooks(deps), failure_policy(hooks_config.plugin_failure_policy),
                         metrics.runtime_hooks, disabled=[Stage(s) for s in split_list(hooks_config.disable_stages)],
                         recorder=HookCallRecorder())
-    applier = Applier(options.executor.apply)
+    applier = Applier(executor.apply, executor.quota_bound)
     oom_score = oomscore.for_cgroups(lambda rel_dir: options.reader.read("cgroup_procs", rel_dir),
                                      oomscore.OomScoreWriter(layout.paths.proc_root, audit))
     return RuntimeHooks(hooks_config, runner, applier, informer, metrics.runtime_hooks, oom_score)
@@ -314,7 +316,8 @@ def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess,
     coresched = CoreSchedExecutor(native, audit, time.monotonic, metrics.executor)
     evictor_kind = "api" if qos.only_evict_by_api else qos.evictor
     backend = build_backend(evictor_kind, layout, qos.runtime_endpoint, qos.cri_timeout_seconds,
-                            api=CompanionEvictionAPI(companion) if companion is not None else None)
+                            api=CompanionEvictionAPI(companion) if companion is not None else None,
+                            workloads=config.workloads if config.standalone else None)
     # Strategies count their evictions in metrics.qos (pod_eviction) with their own reason.
     evictions = Evictions(backend, time.time, audit)
     options = qos_framework.Options(

@@ -156,7 +156,8 @@ class _Servicer(companion_pb2_grpc.CompanionServicer):
                     generation, spec, origin = current
                     yield companion_pb2.NodeSLOUpdate(
                         generation=generation, spec_json=json.dumps(spec, separators=(",", ":")).encode(),
-                        origin=origin, rendered_at_unix_ms=_unix_ms(time.time()), instance=instance)
+                        origin=origin, rendered_at_unix_ms=_unix_ms(time.time()), instance=instance,
+                        collect_policy_json=self._server.collect_policy_json(node))
                     sent = generation
                     continue
                 await wake.wait()
@@ -231,6 +232,10 @@ class CompanionServer:
             raise ParseError(f"status_json: not valid JSON: {exc}") from None
         status = NodeMetricStatus.from_json(document, "status")
         self._on_metric(node, status)
+        return self.collect_policy_json(node)
+
+    def collect_policy_json(self, node: str) -> bytes:
+        """The collect policy the companion wants from ``node`` as Koordinator JSON (b"" for none)."""
         if self._collect_policy is None:
             return b""
         policy = self._collect_policy(node)

@@ -78,6 +78,10 @@ class HostConfig:
     proc_root_dir: str = opt("/proc", "the host's procfs", flag="--proc-root-dir")
     sys_root_dir: str = opt("/sys", "the host's sysfs", flag="--sys-root-dir")
     var_run_root_dir: str = opt("/var/run", "the host's /var/run (runtime sockets)", flag="--var-run-root-dir")
+    var_lib_kubelet_root_dir: str = opt("/var/lib/kubelet", "kubelet's root directory (kubelet --root-dir) as "
+                                                            "koordlet sees it: its CPU manager's cpu_manager_state "
+                                                            "names the CPUs the static policy pinned",
+                                        flag="--var-lib-kubelet-dir")
     cgroup_kube_parent: str = opt("", "cgroup directory holding kubepods (kubelet --cgroup-root); empty: the "
                                       "hierarchy root", flag="--cgroup-kube-parent", check=lambda v: (
                                           f"must be relative without '..', got {v!r}"

@@ -3,7 +3,8 @@
 * ``koordlet_be_suppress_cpu_cores{node, type}``: CPUs left to BE by cpusuppress (type: cpuset | cfsQuota);
 * ``koordlet_be_suppress_ls_used_cpu_cores{node}``: the non-BE usage that computation saw;
 * ``koordlet_pod_eviction{node, reason}`` and ``koordlet_pod_eviction_detail{node, pod_namespace, pod_name,
-  reason}``: evictions launched;
+  reason}``: evictions launched; a detail series goes 5 minutes after its last increment, as Koordinator's
+  GC counter does (``pkg/util/metrics/expire_metric.go``), so evicted pods' names do not pile up;
 * ``koordlet_container_scaled_cfs_quota_us`` / ``..._cfs_burst_us``: what cpuburst set per container;
 * ``koordlet_qos_strategy_duration_milliseconds{strategy, status}``: this project's, one per round.
 
@@ -14,6 +15,8 @@ incremented (the value and the sample name match the Go agent's)."""
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Callable
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -31,6 +34,8 @@ SUPPRESS_TYPE: Final = "type"
 REASON: Final = "reason"
 STRATEGY: Final = "strategy"
 KOORD_POD_NAME: Final = "koord_pod_name"
+DETAIL_EXPIRE_SECONDS: Final = 300.0
+"""Koordinator's ``DefaultExpireTime`` for per-pod eviction series."""
 # 0.1 ms .. 1.6 s by x4: a round over 1,000 containers should stay under 10 ms.
 DURATION_BUCKETS: Final = exponential_buckets(0.1, 4, 8)
 
@@ -38,8 +43,12 @@ DURATION_BUCKETS: Final = exponential_buckets(0.1, 4, 8)
 class QoSMetrics:
     """The facade strategies report through (implements ``qosmanager.framework.QoSMetricsSink``)."""
 
-    def __init__(self, registry: CollectorRegistry, node_name: str) -> None:
+    def __init__(self, registry: CollectorRegistry, node_name: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._node = node_name
+        self._clock = clock
+        self._detail_at: dict[tuple[str, str, str, str], float] = {}
+        """Label values of each eviction detail series -> when it was last incremented."""
         self._suppress = Gauge(BE_SUPPRESS_CPU, "Number of cores suppress by koordlet",
                                [labels.NODE, SUPPRESS_TYPE], registry=registry)
         self._ls_used = Gauge(BE_SUPPRESS_LS_USED_CPU, "Number of cpu cores used by LS (non-BE pods and "
@@ -63,7 +72,20 @@ class QoSMetrics:
 
     def pod_eviction(self, reason: str, pod_namespace: str, pod_name: str) -> None:
         self._eviction.labels(self._node, reason).inc()
-        self._eviction_detail.labels(self._node, pod_namespace, pod_name, reason).inc()
+        key = (self._node, pod_namespace, pod_name, reason)
+        self._eviction_detail.labels(*key).inc()
+        self._detail_at[key] = self._clock()
+
+    def expire_details(self) -> None:
+        """Drops eviction detail series not incremented for :data:`DETAIL_EXPIRE_SECONDS`; run with every
+        strategy round, so it costs a dictionary check while nothing is old."""
+        if not self._detail_at:
+            return
+        cutoff = self._clock() - DETAIL_EXPIRE_SECONDS
+        for key in [k for k, at in self._detail_at.items() if at < cutoff]:
+            del self._detail_at[key]
+            with contextlib.suppress(KeyError):
+                self._eviction_detail.remove(*key)
 
     def scaled_cfs_quota(self, pod_namespace: str, pod_name: str, container: str, quota_us: float) -> None:
         self._scaled_quota.labels(self._node, pod_namespace, pod_name, pod_name, container, container).set(quota_us)
@@ -74,3 +96,4 @@ class QoSMetrics:
 
     def strategy_run(self, strategy: str, seconds: float, ok: bool) -> None:
         self._duration.labels(strategy, labels.status_of(ok)).observe(seconds * 1000)
+        self.expire_details()

@@ -1,7 +1,8 @@
 """Eviction: one interface, several backends, and the bookkeeping that prevents eviction storms.
 
 Strategies ask :class:`Evictions` to evict a pod.  It hands the pod to the configured backend (CRI
-``StopContainer``, SIGKILL to a plain host's workload cgroup, the Kubernetes Eviction API, or a dry run),
+``StopContainer``, SIGKILL to a pod cgroup's processes, the Kubernetes Eviction API, or a dry run; a
+standalone host's configured workloads are stopped themselves, :mod:`.workloadevict`),
 audits and counts the eviction, and remembers the pod until it is gone: a pod evicted but still present
 is *pending*, and strategies count its usage as already released so the next round does not evict
 another pod for the same shortage (Koordinator PR #3137).
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from koordlet.config.types import WorkloadConfig
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.resourceexecutor.audit import AuditEntry, Auditor
 from koordlet.statesinformer.framework import PodMeta
@@ -241,8 +243,22 @@ class Evictions:
 
 
 def build_backend(kind: str, layout: CgroupLayout, cri_endpoint: str, cri_timeout_seconds: float,
-                  api: EvictionAPI | None = None) -> Backend:
-    """The backend for ``qos.evictor``; raises ConfigError naming the option when it cannot work."""
+                  api: EvictionAPI | None = None, workloads: Sequence[WorkloadConfig] | None = None) -> Backend:
+    """The backend for ``qos.evictor``; raises ConfigError naming the option when it cannot work.
+
+    ``workloads``: a standalone host's configured workloads (None on a Kubernetes node).  They are then
+    evicted themselves, whatever the evictor (a systemd unit stopped, a cgroup's processes killed: no
+    runtime or API knows them), and ``kind`` serves the other pods; ``dry-run`` still evicts nothing."""
+    backend = _backend(kind, layout, cri_endpoint, cri_timeout_seconds, api)
+    if workloads is None or isinstance(backend, DryRunBackend):
+        return backend
+    from koordlet.qosmanager.workloadevict import WorkloadBackend
+
+    return WorkloadBackend(workloads, layout, backend)
+
+
+def _backend(kind: str, layout: CgroupLayout, cri_endpoint: str, cri_timeout_seconds: float,
+             api: EvictionAPI | None) -> Backend:
     if kind == "dry-run":
         return DryRunBackend()
     if kind == "kill":

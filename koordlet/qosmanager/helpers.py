@@ -1,4 +1,5 @@
-"""Inputs several strategies share: node capacity, usage of pods split by class, the BE QoS directory.
+"""Inputs several strategies share: node capacity, usage of pods split by class, the BE QoS directory,
+a standalone host's BE workloads.
 
 Usage comes from the metric cache (never from cgroup files directly) and only when fresh: a sample older
 than ``STALE_INTERVALS`` collect intervals means the collector or the cgroup is gone, and acting on it
@@ -6,6 +7,7 @@ would suppress or evict on a number that no longer describes the node."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from koordlet.metriccache.cache import pod_labels
 from koordlet.qosmanager.framework import Options
 from koordlet.resourceexecutor import Outcome, Result
 from koordlet.statesinformer.framework import PodMeta
+from koordlet.statesinformer.standalone import WORKLOAD_SOURCE
 from koordlet.system.kubepaths import KubeQoS, qos_dir, under_parent
 
 STALE_INTERVALS = 3.0
@@ -37,6 +40,13 @@ def kube_qos_dir(options: Options, qos: KubeQoS) -> str:
 
 def is_be(pod: PodMeta) -> bool:
     return pod.qos is QoSClass.BE
+
+
+def be_workloads(pods: Iterable[PodMeta]) -> list[PodMeta]:
+    """A standalone host's configured BE workloads (class from the ``koordinator.sh/qosClass`` label their
+    config gives them), by cgroup path: each is limited and evicted through its own cgroup."""
+    return sorted((p for p in pods if p.source == WORKLOAD_SOURCE and p.qos is QoSClass.BE),
+                  key=lambda p: p.cgroup_dir)
 
 
 @dataclass(frozen=True)
@@ -123,3 +133,21 @@ def write_tail(counts: Mapping[str, int]) -> str:
     if bad:
         parts.append(f"{bad} writes failed")
     return "; " + ", ".join(parts) if parts else ""
+
+
+class SkipLog:
+    """Logs a strategy's skipped rounds once per reason: a node with no pods yet, or without a sample, would
+    otherwise log the same line every second (the decision log and ``koordctl qos`` keep every round)."""
+
+    def __init__(self, strategy: str, logger: logging.Logger) -> None:
+        self._strategy = strategy
+        self._log = logger
+        self._last: str | None = None
+
+    def note(self, action: str, summary: str) -> None:
+        if action != "skip":
+            self._last = None
+            return
+        if summary != self._last:
+            self._log.info("%s skipped", self._strategy, extra={"reason": summary})
+            self._last = summary

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 from koordlet.errors import ConfigError, KoordletError, Unsupported, from_errno
 from koordlet.metrics.executor import ResourceExecutorMetrics
+from koordlet.resourceexecutor import cfsquota
 from koordlet.resourceexecutor.audit import AuditEntry, Auditor
 from koordlet.resourceexecutor.leveled import MERGE, bottom_up, top_down_parents
 from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
@@ -89,6 +90,13 @@ class _Refused:
     reason: str
 
 
+def _version_of(layout: CgroupLayout, resource: str) -> int | None:
+    try:
+        return REGISTRY[resource].version(layout)
+    except Unsupported:
+        return None
+
+
 def check_timings(force_update_seconds: float, unsupported_retry_seconds: float) -> None:
     """The settings every writer (cgroup files, resctrl, prctl) shares; negative ones are config errors."""
     if force_update_seconds < 0:
@@ -126,6 +134,7 @@ class ResourceExecutor:
         self._force_update_seconds = force_update_seconds
         self._retry_seconds = unsupported_retry_seconds
         self._writer: CgroupWriter = writer if writer is not None else FileWriter()
+        self._v1_quota = _version_of(layout, cfsquota.RESOURCE) == 1
         self._lock = threading.Lock()
         self._cache: dict[str, _Written] = {}
         self._refused: dict[str, _Refused] = {}
@@ -144,26 +153,69 @@ class ResourceExecutor:
         batch order, then the final leveled values bottom-up."""
         batch = list(updates)
         with self._lock:
-            now = self._clock()
-            self._prune(now)
-            results: list[Result | None] = [None] * len(batch)
-            leveled: list[_Prepared] = []
-            pending: list[_Prepared] = []
-            """To be written: neither refused earlier nor written unchanged within the window."""
-            for index, update in enumerate(batch):
-                prepared = self._prepare(index, update)
-                if isinstance(prepared, Result):
-                    results[index] = prepared
-                    continue
-                if prepared.key in MERGE:
-                    leveled.append(prepared)
+            return self._apply_locked(batch)
+
+    def _fit_v1_quota(self, p: _Prepared, planned: dict[str, str]) -> _Prepared:
+        """cgroup v1 refuses a CFS quota above the parent's (:mod:`.cfsquota`): ``p`` capped to what its
+        ancestors allow once the earlier updates of its batch (``planned``: quota file -> text, written
+        before it) are in, after capping the descendants above the new value (their results are audited and
+        logged, not returned: the caller asked for this cgroup).  Only for values about to be written, so a
+        steady round costs nothing."""
+        def read(path: str) -> str | None:
+            return planned[path] if path in planned else self._read_quietly(path)
+
+        directory = os.path.dirname(p.path)
+        update = cfsquota.fit_to_parent(p.update, directory, self._quota_root(), read)
+        caps = cfsquota.descendants_above(update, directory, read)
+        if caps:
+            self._apply_locked(caps)
+        if update is not p.update:
+            text = p.descriptor.format(update.value, p.version)
+            p = p._replace(update=update, text=text, canonical=p.descriptor.validate(update.value))
+        planned[p.path] = p.text
+        return p
+
+    def _quota_root(self) -> str:
+        return os.path.dirname(REGISTRY[cfsquota.RESOURCE].path(self._layout, ""))
+
+    def quota_bound(self, parent_rel_dir: str) -> bool:
+        """Whether a CFS quota written below ``parent_rel_dir`` is checked against a limit above it (cgroup
+        v1 with a limited group at or above it, :mod:`.cfsquota`), so that a value fitting now may be refused
+        after this executor lowers that limit; False on v2, which never refuses a child's quota."""
+        if not self._v1_quota:
+            return False
+        try:
+            quota_file = REGISTRY[cfsquota.RESOURCE].path(self._layout, clean_rel_dir(parent_rel_dir))
+        except (Unsupported, ValueError):
+            return False
+        return cfsquota.binding_limit(os.path.dirname(quota_file), self._quota_root(), self._read_quietly) is not None
+
+    def _apply_locked(self, batch: list[CgroupUpdate]) -> list[Result]:
+        now = self._clock()
+        self._prune(now)
+        results: list[Result | None] = [None] * len(batch)
+        leveled: list[_Prepared] = []
+        pending: list[_Prepared] = []
+        """To be written: neither refused earlier nor written unchanged within the window."""
+        planned: dict[str, str] = {}
+        """Quota files this batch writes, in batch order (the order non-leveled writes happen in)."""
+        for index, update in enumerate(batch):
+            prepared = self._prepare(index, update)
+            if isinstance(prepared, Result):
+                results[index] = prepared
+                continue
+            if prepared.key in MERGE:
+                leveled.append(prepared)
+            skipped = self._skip_reason(prepared, prepared.text, now)
+            if skipped is None and self._v1_quota and prepared.key == cfsquota.RESOURCE:
+                prepared = self._fit_v1_quota(prepared, planned)
                 skipped = self._skip_reason(prepared, prepared.text, now)
-                if skipped is None:
-                    pending.append(prepared)
-                else:
-                    results[index] = skipped
-            if pending:
-                self._write_pending(pending, leveled, results, now)
+            if skipped is None:
+                pending.append(prepared)
+            else:
+                results[index] = skipped
+        if pending:
+            self._write_pending(pending, leveled, results, now)
         return [r for r in results if r is not None]
 
     def _write_pending(

@@ -5,7 +5,9 @@ response), which writes them when it creates the cgroup.  Three cases write thro
 
 * the ``writes`` of an adjustment (``cpu_idle``, ``cpu_bvt_warp_ns``, ``net_cls_classid``): neither protocol
   carries them;
-* everything at pod stages under NRI: its pod events are notifications with no answer to carry values;
+* everything at ``PreRunPodSandbox``, the pod cgroup (kubelet made it first) being the target: NRI's pod
+  events are notifications with no answer to carry values, and no runtime applies the resources of a
+  RuntimeHookService sandbox answer to the pod cgroup (upstream ``PodContext.ProxyDone`` writes them too);
 * everything under the reconciler, which re-applies hooks to cgroups that already exist.
 
 An empty ``cpuset_cpus`` means "inherit the parent's" (the cpuset hook's answer for BE): the runtime
@@ -67,11 +69,36 @@ def container_rel_dir(request: HookRequest) -> str:
     return f"{pod_dir}/{container_dir_name(driver, container_id)}"
 
 
-class Applier:
-    """Writes what a transport's answer cannot carry (see the module doc) through the executor."""
+QuotaBound = Callable[[str], bool]
+"""pod rel_dir -> whether a container quota there is checked against a limit koordlet may lower meanwhile (the
+executor's ``quota_bound``: cgroup v1 with a limited pod or QoS group)."""
 
-    def __init__(self, apply: Callable[[list[CgroupUpdate]], list[Result]]) -> None:
+
+class Applier:
+    """Writes what a transport's answer cannot carry (see the module doc) through the executor, and keeps
+    a container's CFS quota out of the runtime's hands where writing it could fail (:meth:`defer_quota`)."""
+
+    def __init__(self, apply: Callable[[list[CgroupUpdate]], list[Result]],
+                 quota_bound: QuotaBound | None = None) -> None:
         self._apply = apply
+        self._quota_bound = quota_bound
+
+    def defer_quota(self, request: HookRequest, adjustment: Adjustment) -> None:
+        """Leaves a container's CFS quota to the reconciler where the runtime's write could fail.
+
+        On cgroup v1 a quota above an ancestor's is refused with EINVAL, and the runtime's refusal fails
+        the whole container.  A BE container's batch-cpu quota sits below its pod's and the BE QoS group's,
+        which cpusuppress lowers every round: a value that fits when the hook answers may not fit when runc
+        writes it a moment later.  So the answer leaves the quota out (the container starts bounded by its
+        pod's limit) and the reconciler writes it through the executor, which fits it to the ancestors
+        under the same lock as cpusuppress's writes."""
+        quota = adjustment.values.get("cpu_quota")
+        if (self._quota_bound is None or request.container is None or not isinstance(quota, int)
+                or isinstance(quota, bool) or quota <= 0 or not request.pod_cgroup_parent):
+            return
+        if self._quota_bound(pod_rel_dir(request)):
+            del adjustment.values["cpu_quota"]
+            adjustment.owners.pop("cpu_quota", None)
 
     def write(self, request: HookRequest, adjustment: Adjustment, *, with_fields: bool,
               rel_dir: str | None = None) -> list[Result]:

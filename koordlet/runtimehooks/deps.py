@@ -36,7 +36,8 @@ class HookDeps:
     nodeslo: Callable[[], NodeSLOSpec | None] = _no_slo
     """The effective NodeSLO (merged over Koordinator's defaults), None until one is known."""
     shared_pools: Callable[[], str | None] = _no_annotation
-    """The node annotation ``node.koordinator.sh/cpu-shared-pools``, None while unknown."""
+    """The node annotation ``node.koordinator.sh/cpu-shared-pools``, None while unknown; the daemon's is
+    computed by the states informer (:mod:`koordlet.statesinformer.cpupools`)."""
     coresched: CoreSchedExecutor | None = None
     cookies: CookieBook | None = None
     """The core-scheduling cookie book shared with the QoS manager's coresched strategy."""

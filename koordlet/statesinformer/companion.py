@@ -206,11 +206,14 @@ class CompanionNodeMetricSink:
         if self.failing:
             log.info("NodeMetric delivered to the companion again", extra={"target": self._client.target})
             self.failing = False
-        if response.collect_policy_json and response.collect_policy_json != self._policy_json:
-            self._policy_json = response.collect_policy_json
-            self._apply_policy(response.collect_policy_json)
+        self.offer_policy(response.collect_policy_json)
 
-    def _apply_policy(self, raw: bytes) -> None:
+    def offer_policy(self, raw: bytes) -> None:
+        """The collect policy the companion asks for, from a report's reply or a NodeSLO update; applied
+        when it differs from the last one (empty: keep the current policy)."""
+        if not raw or raw == self._policy_json:
+            return
+        self._policy_json = raw
         try:
             policy = NodeMetricCollectPolicy.from_spec({"metricCollectPolicy": json.loads(raw)})
         except (ValueError, UnicodeDecodeError) as exc:  # ConfigError is a ValueError
@@ -247,8 +250,12 @@ class CompanionNodeSLOSource:
     def __init__(self, client: CompanionClient, holder: NodeSLOTarget, persist_path: str | os.PathLike[str], *,
                  initial_backoff_seconds: float = INITIAL_BACKOFF_SECONDS,
                  max_backoff_seconds: float = MAX_BACKOFF_SECONDS,
-                 rng: Callable[[], float] = random.random) -> None:
+                 rng: Callable[[], float] = random.random,
+                 on_policy: Callable[[bytes], None] | None = None) -> None:
+        """``on_policy`` receives the NodeMetric collect policy each update carries (the report sink's
+        ``offer_policy``), so the first report already runs on the companion's cadence."""
         self._client = client
+        self._on_policy = on_policy
         self._holder = holder
         self.persist_path = Path(persist_path)
         self._initial_backoff = initial_backoff_seconds
@@ -333,6 +340,8 @@ class CompanionNodeSLOSource:
         self.last_generation = update.generation
         self.last_instance = update.instance
         origin = f"companion:{update.origin or self._client.target}"
+        if self._on_policy is not None and update.collect_policy_json:
+            self._on_policy(bytes(update.collect_policy_json))
         try:
             spec = json.loads(update.spec_json)
         except (ValueError, UnicodeDecodeError) as exc:

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from koordlet.apis.extension import PriorityClass, QoSClass
 from koordlet.apis.pod import Pod
+from koordlet.statesinformer.cpumanager import KubeletCPUManager
 from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.node import NodeInfo
 
@@ -62,6 +63,11 @@ class StatesInformer(Protocol):
 
     def reservation(self) -> Reservation:
         """CPU and memory the node keeps back from pods (kubelet's kube+system reserved)."""
+        ...
+
+    def cpu_manager(self) -> KubeletCPUManager:
+        """kubelet's CPU manager policy and the CPUs its static policy pinned to containers (never raises:
+        a state file that cannot be read leaves the last good pins and says why)."""
         ...
 
     def subscribe(self, callback: PodsCallback) -> None:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from koordlet.apis.pod import Pod
 from koordlet.config.types import Config
 from koordlet.errors import KoordletError, ParseError
+from koordlet.statesinformer.cpumanager import KubeletCPUManager
+from koordlet.statesinformer.cpupools import CPUPools
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta, PodsCallback
 from koordlet.statesinformer.reservation import Reservation, reservation_from_resources
 from koordlet.statesinformer.standalone import scan_kubepods, workload_pods
@@ -76,6 +78,11 @@ class StatesInformer:
         self._reservation = reservation_from_resources(
             {k: v for k, v in (("cpu", node_config.reserved_cpu), ("memory", node_config.reserved_memory)) if v},
             "node")
+        self._pods_synced = False
+        # On a plain host the reservation is the configured one; with kubelet it is known once /configz is read.
+        self._reservation_known = config.standalone
+        self._cpu_pools = CPUPools.under(config.host.var_lib_kubelet_root_dir, self.node, self.pods,
+                                         self.reservation, lambda: self._pods_synced and self._reservation_known)
 
     # ------------------------------------------------------------------------------ StatesInformer
 
@@ -91,6 +98,16 @@ class StatesInformer:
 
     def set_reservation(self, reservation: Reservation) -> None:
         self._reservation = reservation
+        self._reservation_known = True
+
+    def cpu_manager(self) -> KubeletCPUManager:
+        """kubelet's CPU manager policy and the CPUs its static policy pinned to containers."""
+        return self._cpu_pools.cpu_manager()
+
+    def shared_pools(self) -> str | None:
+        """The node's ``node.koordinator.sh/cpu-shared-pools`` (JSON text), None until the first pod list and
+        kubelet's configuration are known (:mod:`koordlet.statesinformer.cpupools`)."""
+        return self._cpu_pools.annotation()
 
     def subscribe(self, callback: PodsCallback) -> None:
         with self._lock:
@@ -101,6 +118,7 @@ class StatesInformer:
     def set_pods(self, pods: Sequence[PodMeta]) -> bool:
         """Publishes a new list; returns False (and notifies nobody) when nothing changed."""
         ordered = tuple(sorted(pods, key=lambda p: p.uid))
+        self._pods_synced = True
         if ordered == self._pods:
             return False
         self._pods = ordered

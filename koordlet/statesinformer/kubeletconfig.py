@@ -1,4 +1,6 @@
-"""Reads kubelet's reservation from ``/configz`` once, retrying every interval until it succeeds."""
+"""Reads kubelet's reservation and CPU manager policy from ``/configz``: every ``interval`` until the first
+read succeeds, then every ``refresh_seconds``, so a kubelet restarted with another configuration is followed
+without restarting koordlet (upstream re-reads kubelet's configuration on its node topology syncs)."""
 
 from __future__ import annotations
 
@@ -11,19 +13,24 @@ from koordlet.statesinformer.reservation import Reservation
 
 log = logging.getLogger(__name__)
 
+REFRESH_SECONDS = 60.0
+
 
 class KubeletConfigSync:
-    """A daemon component; the reservation it reads goes to ``on_reservation``."""
+    """A daemon component; each reservation that differs from the last goes to ``on_reservation``.  A read
+    that fails after a good one keeps the good one in force and is logged once per failure streak."""
 
     name = "kubelet-config"
 
     def __init__(self, client: KubeletClient, interval_seconds: float,
-                 on_reservation: Callable[[Reservation], None]) -> None:
+                 on_reservation: Callable[[Reservation], None], refresh_seconds: float = REFRESH_SECONDS) -> None:
         self._client = client
         self._interval = interval_seconds
+        self._refresh = refresh_seconds
         self._on_reservation = on_reservation
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing = False
         self.attempts = 0
         self.reservation: Reservation | None = None
 
@@ -32,21 +39,27 @@ class KubeletConfigSync:
         try:
             reservation = self._client.get_reservation()
         except KubeletError as exc:
-            if self.attempts == 1:
-                log.warning("cannot read kubelet's reservation yet, assuming none; retrying",
-                            extra={"error": exc.reason})
+            if not self._failing:
+                what = ("cannot read kubelet's reservation yet, assuming none; retrying" if self.reservation is None
+                        else "cannot re-read kubelet's configuration; keeping the last one read")
+                log.warning(what, extra={"error": exc.reason})
+            self._failing = True
             return False
-        self.reservation = reservation
-        self._on_reservation(reservation)
-        log.info("kubelet reservation", extra={"cpu_milli": reservation.cpu_milli,
-                                               "memory_bytes": reservation.memory_bytes})
+        self._failing = False
+        if reservation != self.reservation:
+            self.reservation = reservation
+            self._on_reservation(reservation)
+            log.info("kubelet reservation", extra={"cpu_milli": reservation.cpu_milli,
+                                                   "memory_bytes": reservation.memory_bytes,
+                                                   "cpu_manager_policy": reservation.cpu_manager_policy})
         return True
 
     def start(self, on_failure: Callable[[BaseException], None]) -> None:
         def loop() -> None:
             try:
-                while not self._stop.is_set() and not self.sync_once():
-                    self._stop.wait(self._interval)
+                while not self._stop.is_set():
+                    self.sync_once()
+                    self._stop.wait(self._interval if self.reservation is None else self._refresh)
             except BaseException as exc:
                 on_failure(exc)
 

@@ -329,6 +329,8 @@ class NodeMetricRunner:
         self._monotonic = monotonic
         self._recorder = recorder
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        """Set by stop() and by a policy whose interval changed."""
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._rounds = 0
@@ -339,8 +341,12 @@ class NodeMetricRunner:
         return self._policy
 
     def set_policy(self, policy: NodeMetricCollectPolicy) -> None:
-        """Replace the collect policy (a new NodeMetric spec); the next round uses it."""
+        """Replace the collect policy (a new NodeMetric spec); the next round uses it, and a shorter
+        interval brings the next report forward (at most one new interval from now)."""
+        changed = policy.report_interval_seconds != self._policy.report_interval_seconds
         self._policy = policy
+        if changed:
+            self._wake.set()
 
     @property
     def rounds(self) -> int:
@@ -379,6 +385,7 @@ class NodeMetricRunner:
 
     def stop(self, timeout_seconds: float) -> None:
         self._stop.set()
+        self._wake.set()
         thread = self._thread
         if thread is not None:
             thread.join(timeout_seconds)
@@ -390,7 +397,15 @@ class NodeMetricRunner:
     def _loop(self, on_failure: Callable[[BaseException], None]) -> None:
         try:
             next_due = self._monotonic() + self._policy.report_interval_seconds
-            while not self._stop.wait(max(0.0, next_due - self._monotonic())):
+            while True:
+                self._wake.wait(max(0.0, next_due - self._monotonic()))
+                if self._stop.is_set():
+                    return
+                if self._wake.is_set():  # a new interval: the next report is due within it
+                    self._wake.clear()
+                    next_due = min(next_due, self._monotonic() + self._policy.report_interval_seconds)
+                    if self._monotonic() < next_due:
+                        continue
                 self._round()
                 next_due = next_slot(next_due, self._policy.report_interval_seconds, self._monotonic())
         except BaseException as exc:  # the thread's root: anything escaping the rounds kills reporting

@@ -1,4 +1,5 @@
-"""What the node keeps back from pods: kubelet's ``kubeReserved`` + ``systemReserved``.
+"""What the node keeps back from pods: kubelet's ``kubeReserved`` + ``systemReserved``, and how kubelet's
+CPU manager hands out CPUs (``cpuManagerPolicy``).
 
 Koordinator's suppress and batch formulas use max(system usage, reserved), so a node whose daemons are
 idle still leaves their share alone.  kubelet reports its configuration on ``/configz``; a plain host
@@ -8,11 +9,12 @@ states its reservation in the config.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.errors import ParseError
+from koordlet.statesinformer.cpumanager import POLICIES, POLICY_NONE
 from koordlet.system.validators import parse_cpulist
 
 
@@ -22,10 +24,15 @@ class Reservation:
     memory_bytes: int = 0
     cpus: tuple[int, ...] = ()
     """CPUs reserved by id (kubelet ``reservedSystemCPUs``): BE never gets them, whatever the quantity."""
+    cpu_manager_policy: str = POLICY_NONE
+    """kubelet's ``cpuManagerPolicy`` (``none`` or ``static``): under ``static`` kubelet pins CPUs to
+    Guaranteed containers and rewrites the cpuset of every other container (cpusuppress then limits BE
+    per container, Koordinator #546)."""
 
     def __add__(self, other: Reservation) -> Reservation:
+        """The sum of two reservations; the policy is this one's."""
         return Reservation(self.cpu_milli + other.cpu_milli, self.memory_bytes + other.memory_bytes,
-                           tuple(sorted(set(self.cpus) | set(other.cpus))))
+                           tuple(sorted(set(self.cpus) | set(other.cpus))), self.cpu_manager_policy)
 
 
 def reservation_from_resources(resources: Any, where: str) -> Reservation:
@@ -44,7 +51,9 @@ def reservation_from_resources(resources: Any, where: str) -> Reservation:
 
 
 def reservation_from_configz(obj: Any) -> Reservation:
-    """kubelet's ``/configz`` answer: ``{"kubeletconfig": {"kubeReserved": {...}, "systemReserved": {...}}}``."""
+    """kubelet's ``/configz`` answer: ``{"kubeletconfig": {"kubeReserved": {...}, "systemReserved": {...},
+    "reservedSystemCPUs": "0-1", "cpuManagerPolicy": "static"}}``; a missing policy is kubelet's default,
+    ``none``."""
     config = obj.get("kubeletconfig") if isinstance(obj, Mapping) else None
     if not isinstance(config, Mapping):
         raise ParseError("configz: expected an object with a kubeletconfig object")
@@ -60,4 +69,7 @@ def reservation_from_configz(obj: Any) -> Reservation:
             raise ParseError(f"kubeletconfig.reservedSystemCPUs: {exc}") from None
         # kubelet: reservedSystemCPUs overrides the CPU quantity of kube+system reserved.
         reserved = Reservation(len(cpus) * 1000, reserved.memory_bytes, cpus)
-    return reserved
+    policy = config.get("cpuManagerPolicy") or POLICY_NONE
+    if policy not in POLICIES:
+        raise ParseError(f"kubeletconfig.cpuManagerPolicy: expected one of {', '.join(POLICIES)}, got {policy!r}")
+    return replace(reserved, cpu_manager_policy=policy)

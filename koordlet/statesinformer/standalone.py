@@ -27,15 +27,28 @@ from koordlet.system.kubepaths import (
 from koordlet.system.layout import CgroupLayout
 
 STANDALONE_NAMESPACE = "standalone"
+WORKLOAD_SOURCE = "config"
+"""``PodMeta.source`` of a configured workload."""
+DISCOVERED_SOURCE = "kubepods"
+"""``PodMeta.source`` of a pod found in a kubepods tree on the host."""
+
+
+def workload_uid(name: str) -> str:
+    return f"standalone-{name}"
+
+
+def workload_dir(w: WorkloadConfig) -> str:
+    """The workload's cgroup relative to the hierarchy roots (a systemd unit lives in ``system.slice/<unit>``)."""
+    return w.cgroup_path.strip("/") if w.cgroup_path else f"system.slice/{w.systemd_unit}"
 
 
 def workload_pods(workloads: Sequence[WorkloadConfig]) -> list[PodMeta]:
-    """The configured workloads as pods (a systemd unit lives in ``system.slice/<unit>``)."""
+    """The configured workloads as pods."""
     pods = []
     for w in workloads:
-        rel_dir = w.cgroup_path.strip("/") if w.cgroup_path else f"system.slice/{w.systemd_unit}"
+        rel_dir = workload_dir(w)
         pod = Pod(
-            uid=f"standalone-{w.name}",
+            uid=workload_uid(w.name),
             name=w.name,
             namespace=STANDALONE_NAMESPACE,
             labels={LABEL_QOS: w.qos_class},
@@ -44,7 +57,7 @@ def workload_pods(workloads: Sequence[WorkloadConfig]) -> list[PodMeta]:
             phase="Running",
             priority=w.priority,
         )
-        pods.append(PodMeta(pod=pod, cgroup_dir=rel_dir, containers=(), source="config"))
+        pods.append(PodMeta(pod=pod, cgroup_dir=rel_dir, containers=(), source=WORKLOAD_SOURCE))
     return pods
 
 
@@ -98,4 +111,4 @@ def _discovered_pod(path: str, rel_dir: str, uid: str, qos: KubeQoS, driver: Cgr
         priority=None,
         containers=tuple(Container(name=c.name, container_id=c.container_id) for c in containers),
     )
-    return PodMeta(pod=pod, cgroup_dir=rel_dir, containers=tuple(containers), source="kubepods")
+    return PodMeta(pod=pod, cgroup_dir=rel_dir, containers=tuple(containers), source=DISCOVERED_SOURCE)

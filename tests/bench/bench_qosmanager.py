@@ -38,6 +38,7 @@ from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.qosmanager.registry import build_strategies
 from koordlet.resourceexecutor import AuditLog, ResourceExecutor
+from koordlet.statesinformer.cpumanager import KubeletCPUManager
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.hostpaths import HostPaths
@@ -103,6 +104,9 @@ class Informer:
 
     def reservation(self) -> Reservation:
         return Reservation(cpu_milli=200, memory_bytes=GIB)
+
+    def cpu_manager(self) -> KubeletCPUManager:
+        return KubeletCPUManager()
 
     def subscribe(self, callback: object) -> None:
         return None

@@ -15,10 +15,11 @@ Request -> :class:`~koordlet.runtimehooks.framework.HookRequest`:
 
 Adjustment -> response: the request's resources with the adjusted fields overwritten (``cpu_shares``,
 ``cpu_quota``, ``cpu_period``, ``cpuset_cpus``, ``cpuset_mems``, ``memory_limit`` ->
-``memory_limit_in_bytes``, ``oom_score_adj``; the ``unified`` map merged), the request's annotations
-(container annotations at container stages) merged with the ``annotations`` map, the container envs merged
-with the ``env`` map, and the cgroup parent (adjusted or the request's).  ``rdt_class`` and
-``blockio_class`` have no field in the protocol and are dropped here (the reconciler applies them).
+``memory_limit_in_bytes`` with -1 (unlimited) as CRI's 0, ``oom_score_adj``; the ``unified`` map merged),
+the request's annotations (container annotations at container stages) merged with the ``annotations`` map,
+the container envs merged with the ``env`` map, and the cgroup parent (adjusted or the request's).
+``rdt_class`` and ``blockio_class`` have no field in the protocol and are dropped here (the reconciler
+applies them).
 """
 
 from __future__ import annotations
@@ -96,7 +97,10 @@ def adjusted_resources(original: Any, adjustment: Adjustment) -> Any:
     resources.CopyFrom(original)
     for name, proto_field in RESOURCE_FIELDS.items():
         if name in adjustment.values:
-            setattr(resources, proto_field, adjustment.values[name])
+            value = adjustment.values[name]
+            if name == "memory_limit" and isinstance(value, int) and value < 0:
+                value = 0  # CRI spells "no memory limit" 0 ("not specified"); a negative one is refused
+            setattr(resources, proto_field, value)
     resources.unified.update(adjustment.maps.get("unified", {}))
     return resources
 

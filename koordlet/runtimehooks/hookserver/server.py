@@ -1,10 +1,12 @@
 """The RuntimeHookService server on a unix socket, and its registration with koord-runtime-proxy.
 
 Every method converts the request (:mod:`.convert`), runs the stage's hooks and answers with the request's
-values adjusted.  A stage that failed as a whole (hook failure policy ``Fail``) is answered with
-``INTERNAL`` and the hooks' errors, so the proxy applies *its* failure policy (``failure-policy`` of the
-registration file: ``Fail`` fails the CRI call, ``Ignore`` forwards the original request).  Hook errors
-under policy ``Ignore`` are logged by the runner and the merged adjustment of the other hooks is returned.
+values adjusted; ``PreRunPodSandbox`` also writes the adjusted cgroup values into the pod cgroup through the
+executor (see :mod:`koordlet.runtimehooks.apply`).  A stage that failed as a whole (hook failure policy
+``Fail``) is answered with ``INTERNAL`` and the hooks' errors, so the proxy applies *its* failure policy
+(``failure-policy`` of the registration file: ``Fail`` fails the CRI call, ``Ignore`` forwards the original
+request).  Hook errors under policy ``Ignore`` are logged by the runner and the merged adjustment of the
+other hooks is returned.
 
 The registration file is ``<registration_dir>/koordlet.json``
 (``{"remote-endpoint", "failure-policy", "runtime-hooks"}``, Koordinator ``pkg/runtimeproxy/config``
@@ -28,6 +30,7 @@ import grpc
 
 from koordlet.apis.proto.runtime.v1alpha1 import api_pb2_grpc
 from koordlet.errors import KoordletError
+from koordlet.resourceexecutor.update import Outcome
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
 from koordlet.runtimehooks.framework import failure_policy as parse_failure_policy
@@ -40,6 +43,7 @@ REGISTRATION_FILE = "koordlet.json"
 SOCKET_MODE = 0o600
 MAX_WORKERS = 4
 STOP_GRACE_SECONDS = 2.0
+_FAILED = frozenset({Outcome.INVALID, Outcome.FAILED})
 RUNTIME_HOOKS: tuple[str, ...] = tuple(stage.value for stage in convert.RPC_STAGES.values())
 """The hook types advertised to the proxy (its ``RuntimeHookType`` names: the stage, no ``Hook`` suffix)."""
 
@@ -59,11 +63,21 @@ class _Servicer(api_pb2_grpc.RuntimeHookServiceServicer):
         result = self._runner.run(hook_request, transport="hookserver")
         if result.failed:
             context.abort(grpc.StatusCode.INTERNAL, f"{rpc}: " + "; ".join(result.errors))
-        if self._applier is not None and result.adjustment.writes:
+        # Pod-level values go into the pod cgroup here, as upstream's PodContext.ProxyDone does: kubelet made
+        # that cgroup before RunPodSandbox, and no runtime applies a sandbox's resources to it.
+        with_fields = stage is Stage.PRE_RUN_POD_SANDBOX
+        if self._applier is not None and (result.adjustment.writes or (with_fields and result.adjustment.values)):
             try:
-                self._applier.write(hook_request, result.adjustment, with_fields=False)
+                results = self._applier.write(hook_request, result.adjustment, with_fields=with_fields)
             except Exception as exc:  # a bad cgroup parent: the response still goes back; the reconciler retries
                 log.warning("runtime hook cgroup writes failed", extra={"rpc": rpc, "error": str(exc)})
+            else:
+                failed = [f"{r.update.resource} in {r.update.rel_dir}: {r.outcome.value}" for r in results
+                          if r.outcome in _FAILED]
+                if failed:
+                    log.warning("runtime hook cgroup writes failed", extra={"rpc": rpc, "error": "; ".join(failed)})
+        if self._applier is not None and stage in (Stage.PRE_CREATE_CONTAINER, Stage.PRE_UPDATE_CONTAINER_RESOURCES):
+            self._applier.defer_quota(hook_request, result.adjustment)
         return respond(request, result.adjustment)
 
     def _pod(self, rpc: str, request: Any, context: Any) -> Any:

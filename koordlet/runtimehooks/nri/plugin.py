@@ -232,6 +232,7 @@ class NriPlugin:
                                                  self._scheme)
         result = self._run(hook_request)
         adjustment = result.adjustment
+        self._applier.defer_quota(hook_request, adjustment)
         if adjustment.writes:
             # The container's cgroup does not exist yet: the reconciler writes these once it does.
             log.debug("NRI create: cgroup writes deferred to the reconciler",
@@ -242,6 +243,7 @@ class NriPlugin:
         hook_request = convert.container_request(Stage.PRE_UPDATE_CONTAINER_RESOURCES, request.pod,
                                                  request.container, self._scheme, request.linux_resources)
         result = self._run(hook_request)
+        self._applier.defer_quota(hook_request, result.adjustment)
         self._applier.write(hook_request, result.adjustment, with_fields=False,
                             rel_dir=self._container_dir(request.container))
         return api_pb2.UpdateContainerResponse(update=convert.container_updates(request.container.id,

@@ -32,6 +32,7 @@ from koordlet.qosmanager.framework import Decision, DecisionLog, Options
 from koordlet.qosmanager.plugins.cpusuppress import CPUSuppress
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import ResourceExecutor
+from koordlet.statesinformer.cpumanager import KubeletCPUManager
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.hostpaths import HostPaths
@@ -68,6 +69,9 @@ class Informer:
 
     def reservation(self) -> Reservation:
         return Reservation()
+
+    def cpu_manager(self) -> KubeletCPUManager:
+        return KubeletCPUManager()
 
     def subscribe(self, callback: object) -> None:
         return None

@@ -286,19 +286,42 @@ def test_kernel_einval_is_audited_marked_and_not_retried(real_cgroups: RealCgrou
 
 
 def test_child_quota_above_the_parents(real_cgroups: RealCgroups, tmp_path: Path) -> None:
-    # kernel/sched/core.c tg_cfs_schedulable_down: v1 refuses a child quota above its parent's (EINVAL,
-    # marked unsupported); v2 takes it and lets the parent's quota bind the subtree.
+    # kernel/sched/core.c tg_cfs_schedulable_down: v1 refuses a child quota above its parent's (EINVAL), so
+    # the executor caps it to the parent's rate; v2 takes it and lets the parent's quota bind the subtree.
     real_cgroups.mkdir("child", subsystems=("cpu",))
     real_cgroups.set_cpu_quota("", 10_000)
     ex, *_ = executor(tmp_path, real_cgroups.version)
     (result,) = ex.apply([upd("cpu_cfs_quota", real_cgroups.name + "/child", 50_000)])
+    assert result.outcome is Outcome.WRITTEN, result.error
     if real_cgroups.version == 1:
-        assert result.outcome is Outcome.UNSUPPORTED
-        assert result.error is not None and "Invalid argument" in result.error
-        assert real_cgroups.cpu_quota("child") == (-1, 100_000)
-    else:
-        assert result.outcome is Outcome.WRITTEN, result.error
+        assert result.update.value == 10_000 and "capped at the parent's" in result.update.owner
+        assert real_cgroups.cpu_quota("child") == (10_000, 100_000)
+        # Once the parent grows, the child's own value goes through.
+        real_cgroups.set_cpu_quota("", 200_000)
+        assert ex.apply([upd("cpu_cfs_quota", real_cgroups.name + "/child", 50_000)])[0].update.value == 50_000
         assert real_cgroups.cpu_quota("child") == (50_000, 100_000)
+    else:
+        assert real_cgroups.cpu_quota("child") == (50_000, 100_000)
+
+
+def test_lowering_a_parent_below_its_children(real_cgroups: RealCgroups, tmp_path: Path) -> None:
+    # The BE QoS group suppressed below a BE pod's own limit: on v1 the pod and its container (and an
+    # unlimited pod's container) are capped first, deepest first; on v2 nothing below changes.
+    for rel in ("pod-a/c1", "pod-b/c2"):
+        real_cgroups.mkdir(rel, subsystems=("cpu",))
+    for rel, quota in (("pod-a", 100_000), ("pod-a/c1", 100_000), ("pod-b/c2", 80_000)):
+        real_cgroups.set_cpu_quota(rel, quota)
+    ex, writer, _clock, _audit = executor(tmp_path, real_cgroups.version)
+    (result,) = ex.apply([upd("cpu_cfs_quota", real_cgroups.name, 27_400)])
+    assert result.outcome is Outcome.WRITTEN and result.update.value == 27_400, result.error
+    assert real_cgroups.cpu_quota("") == (27_400, 100_000)
+    expected = 27_400 if real_cgroups.version == 1 else None
+    for rel, own in (("pod-a", 100_000), ("pod-a/c1", 100_000), ("pod-b/c2", 80_000)):
+        assert real_cgroups.cpu_quota(rel)[0] == (expected or own), rel
+    if real_cgroups.version == 1:
+        written = [os.path.relpath(os.path.dirname(path), real_cgroups.path("cpu")) for path, _ in writer.order]
+        assert written.index("pod-a/c1") < written.index("pod-a") < written.index(".")
+        assert real_cgroups.cpu_quota("pod-b") == (-1, 100_000)  # unlimited: inherits, left alone
 
 
 def test_removed_cgroup_is_gone(real_cgroups: RealCgroups, tmp_path: Path) -> None:

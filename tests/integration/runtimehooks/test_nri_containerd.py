@@ -1,12 +1,15 @@
 """The NRI plugin against real containerd 1.7.24 (NRI v0.6.1): pods created over CRI get their containers'
 cgroups from koordlet's answers, read back from the real cgroup files (v1 on the host, v2 in the guest of
-``python -m tests.vm``); the koordlet process restarted ten times while pods come and go registers exactly
-once per start and adjusts every pod created while it is up.
+``python -m tests.vm``); a BE pod's cgroup gets the sums of its containers' batch resources from the NRI
+RunPodSandbox event (a notification: the plugin writes them through the executor); the koordlet process
+restarted ten times while pods come and go registers exactly once per start and adjusts every pod created
+while it is up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -14,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,13 +25,17 @@ from typing import Any
 import pytest
 
 from koordlet.config import gates
+from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.resourceexecutor.update import CgroupUpdate, Result
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook, HookContext, HookRunner, Stage
 from koordlet.runtimehooks.hooks import build_hooks
 from koordlet.runtimehooks.nri.plugin import NriPlugin
+from koordlet.system.hostpaths import HostPaths
+from koordlet.system.layout import detect_layout
 from tests.fixtures.containerd import (
+    CGROUP_ROOT,
     Containerd,
     CriClient,
     cgroup_dir,
@@ -89,10 +97,9 @@ def many_env(count: int) -> Hook:
     return Hook("zz-many-env", "test: an adjustment larger than 4 KiB", frozenset({Stage.PRE_CREATE_CONTAINER}), fn)
 
 
-@pytest.fixture
-def plugin(containerd17: Containerd) -> Iterator[NriPlugin]:
-    hooks = [*build_hooks(HookDeps(gates=gates.resolve({}))), many_env(120)]
-    nri = NriPlugin(HookRunner(hooks), Applier(Recorded()), str(containerd17.nri_socket))
+@contextlib.contextmanager
+def serving(nri: NriPlugin) -> Iterator[NriPlugin]:
+    """``nri`` running on its own loop in a thread, configured by the runtime."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_until_complete, args=(nri.run(),), daemon=True)
     thread.start()
@@ -103,6 +110,13 @@ def plugin(containerd17: Containerd) -> Iterator[NriPlugin]:
         loop.call_soon_threadsafe(nri.stop)
         thread.join(10)
         loop.close()
+
+
+@pytest.fixture
+def plugin(containerd17: Containerd) -> Iterator[NriPlugin]:
+    hooks = [*build_hooks(HookDeps(gates=gates.resolve({}))), many_env(120)]
+    with serving(NriPlugin(HookRunner(hooks), Applier(Recorded()), str(containerd17.nri_socket))) as nri:
+        yield nri
 
 
 def test_be_and_ls_containers_get_koordlets_resources(containerd17: Containerd, plugin: NriPlugin,
@@ -141,6 +155,66 @@ def test_an_adjustment_over_4k_reaches_the_container(containerd17: Containerd, p
     ours = {k: v for k, v in environ.items() if k.startswith("KOORDLET_TEST_")}
     assert len(ours) == 120 and set(ours.values()) == {"v" * 48}
     assert sum(len(k) + len(v) for k, v in ours.items()) > 4096 + 2048  # well past one 4096-byte frame
+
+
+def kubelet_pod_cgroup(containerd: Containerd, cgroup_parent: str, cgroup_version: int) -> None:
+    """The pod cgroup as kubelet makes it before RunPodSandbox, with a BestEffort pod's 2 shares: in the cpu
+    and memory hierarchies on v1; on v2 the one directory, each level enabling cpu and memory below it."""
+    containerd.track_cgroup_parent(cgroup_parent)  # first: it notes which ancestors this test makes
+    parts = cgroup_parent.strip("/").split("/")
+    for subsystem in ("cpu", "memory") if cgroup_version == 1 else ("cpu",):
+        base = CGROUP_ROOT / subsystem if cgroup_version == 1 else CGROUP_ROOT
+        for depth in range(1, len(parts) + 1):
+            target = base.joinpath(*parts[:depth])
+            if cgroup_version == 2:
+                control = target.parent / "cgroup.subtree_control"
+                missing = [c for c in ("cpu", "memory") if c not in control.read_text().split()]
+                if missing:
+                    control.write_text(" ".join(f"+{c}" for c in missing))
+            target.mkdir(exist_ok=True)
+    cpu = cgroup_dir(cgroup_parent, subsystem="cpu")
+    if cgroup_version == 1:
+        (cpu / "cpu.shares").write_text("2")
+    else:
+        (cpu / "cpu.weight").write_text("1")
+
+
+TWO_CONTAINERS = json.dumps({"containers": {
+    "main": {"requests": {"kubernetes.io/batch-cpu": "500"},
+             "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "256Mi"}},
+    "side": {"requests": {"kubernetes.io/batch-cpu": "300"},
+             "limits": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "128Mi"}}}})
+
+
+def test_be_pod_cgroup_converges_from_the_run_pod_sandbox_event(containerd17: Containerd,
+                                                                 cgroup_version: int) -> None:
+    """No reconciler runs here: the pod cgroup gets its values from the plugin's answer to NRI's
+    RunPodSandbox event alone, written through the daemon's executor on the real cgroups."""
+    executor = ResourceExecutor(detect_layout(HostPaths()), time.monotonic, None)
+    hooks = build_hooks(HookDeps(gates=gates.resolve({})))
+    with serving(NriPlugin(HookRunner(hooks), Applier(executor.apply), str(containerd17.nri_socket))) as nri:
+        client = containerd17.client()
+        uid = unique_pod_uid()
+        parent = f"/kubepods/besteffort/pod{uid}"
+        kubelet_pod_cgroup(containerd17, parent, cgroup_version)
+        pod_id = client.run_pod("be-sums", uid, "default", parent, labels=BE_LABELS,
+                                annotations={"node.koordinator.sh/extended-resource-spec": TWO_CONTAINERS})
+        # 500m + 300m requested -> 800 x 1024 / 1000 = 819 shares; 1000m + 500m limits -> 150 ms per
+        # 100 ms; 256Mi + 128Mi.
+        pod_files = container_cgroup_files(cgroup_version, shares=819, quota_us=150_000, memory_bytes=384 << 20)
+        with contextlib.suppress(AssertionError):  # the assert below shows what the files hold instead
+            wait_until("the pod cgroup to get the batch sums",
+                       lambda: read_container_cgroup_files(parent, "", pod_files) == pod_files)
+        assert read_container_cgroup_files(parent, "", pod_files) == pod_files
+        for name, shares, quota_us, memory in (("main", 512, 100_000, 256 << 20),
+                                               ("side", 307, 50_000, 128 << 20)):
+            container_id = client.create_container(pod_id, None, name, SLEEP)
+            client.start(container_id)
+            expected = container_cgroup_files(cgroup_version, shares=shares, quota_us=quota_us, memory_bytes=memory)
+            assert read_container_cgroup_files(parent, container_id, expected) == expected
+        assert read_container_cgroup_files(parent, "", pod_files) == pod_files
+        remove_pod(client, pod_id)
+        assert nri.stats.errors == 0
 
 
 def client_resources(**fields: int) -> Any:

@@ -1,6 +1,7 @@
 """koord-runtime-proxy between a CRI client and real containerd 1.6, calling koordlet's real RuntimeHookService:
 BE containers land with the hooked values in their cgroup files (v1 on the host, v2 in the guest of
-``python -m tests.vm``); a dead hook server is handled per failure
+``python -m tests.vm``), and a BE pod's cgroup, made by "kubelet" before RunPodSandbox, gets the sums of its
+containers' batch resources at PreRunPodSandbox; a dead hook server is handled per failure
 policy; a proxy restarted while pods come and go loses no pod and its Post-stop hooks still get pod info.
 """
 
@@ -29,14 +30,20 @@ from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
 from koordlet.apis.proto.runtime.v1alpha1 import api_pb2 as hook
 from koordlet.apis.proto.runtime.v1alpha1 import api_pb2_grpc as hook_grpc
 from koordlet.config import gates
+from koordlet.resourceexecutor import ResourceExecutor
+from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import FailurePolicy, Hook, HookContext, HookRunner, Stage
 from koordlet.runtimehooks.hooks import build_hooks
 from koordlet.runtimehooks.hookserver.server import HookServer
+from koordlet.system.hostpaths import HostPaths
+from koordlet.system.layout import detect_layout
 from runtimeproxy.server import Proxy, ProxyOptions
 from tests.fixtures.containerd import (
+    CGROUP_ROOT,
     Containerd,
     CriClient,
+    cgroup_dir,
     container_cgroup_files,
     read_container_cgroup,
     read_container_cgroup_files,
@@ -82,7 +89,10 @@ class Rig:
     def start_hooks(self, policy: str = "Ignore") -> None:
         runner = HookRunner([*build_hooks(HookDeps(gates=gates.resolve({}))), self.seen.hook()],
                             FailurePolicy.IGNORE)
-        self.server = HookServer(runner, str(self.hook_socket), str(self.registrations), policy)
+        # The daemon's writer on the real cgroups: the hook server writes pod cgroups through it.
+        executor = ResourceExecutor(detect_layout(HostPaths()), time.monotonic, None)
+        self.server = HookServer(runner, str(self.hook_socket), str(self.registrations), policy,
+                                 Applier(executor.apply))
         self.server.start()
 
     def kill_hooks(self, keep_registration: bool = True) -> None:
@@ -151,6 +161,59 @@ def test_be_containers_land_with_the_hooked_values(rig: Rig, proxy: Proxy, cgrou
     assert rig.seen.pods[-1][1] == "BE", "PostStopPodSandbox got the pod's labels"
     client.remove_pod(pod_id)
     assert proxy.store.pod(pod_id) is None
+
+
+def kubelet_pod_cgroup(containerd: Containerd, cgroup_parent: str, cgroup_version: int) -> None:
+    """The pod cgroup as kubelet makes it before RunPodSandbox, with a BestEffort pod's 2 shares: in the cpu
+    and memory hierarchies on v1; on v2 the one directory, each level enabling cpu and memory below it."""
+    containerd.track_cgroup_parent(cgroup_parent)  # first: it notes which ancestors this test makes
+    parts = cgroup_parent.strip("/").split("/")
+    for subsystem in ("cpu", "memory") if cgroup_version == 1 else ("cpu",):
+        base = CGROUP_ROOT / subsystem if cgroup_version == 1 else CGROUP_ROOT
+        for depth in range(1, len(parts) + 1):
+            target = base.joinpath(*parts[:depth])
+            if cgroup_version == 2:
+                control = target.parent / "cgroup.subtree_control"
+                missing = [c for c in ("cpu", "memory") if c not in control.read_text().split()]
+                if missing:
+                    control.write_text(" ".join(f"+{c}" for c in missing))
+            target.mkdir(exist_ok=True)
+    cpu = cgroup_dir(cgroup_parent, subsystem="cpu")
+    if cgroup_version == 1:
+        (cpu / "cpu.shares").write_text("2")
+    else:
+        (cpu / "cpu.weight").write_text("1")
+
+
+TWO_CONTAINERS = json.dumps({"containers": {
+    "main": {"requests": {"kubernetes.io/batch-cpu": "500"},
+             "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "256Mi"}},
+    "side": {"requests": {"kubernetes.io/batch-cpu": "300"},
+             "limits": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "128Mi"}}}})
+
+
+def test_be_pod_cgroup_gets_the_sums_at_pre_run_pod_sandbox(rig: Rig, proxy: Proxy, cgroup_version: int) -> None:
+    rig.start_hooks()
+    proxy.registry.reload()
+    client = through(rig)
+    uid = unique_pod_uid()
+    parent = f"/kubepods/besteffort/pod{uid}"
+    kubelet_pod_cgroup(rig.containerd, parent, cgroup_version)
+    pod_id = client.run_pod("be-sums", uid, "default", parent, labels=BE_LABELS,
+                            annotations={"node.koordinator.sh/extended-resource-spec": TWO_CONTAINERS})
+    # Written before the proxy forwarded RunPodSandbox: 500m + 300m requested -> 800 x 1024 / 1000 = 819
+    # shares; 1000m + 500m limits -> 150 ms per 100 ms; 256Mi + 128Mi.
+    pod_files = container_cgroup_files(cgroup_version, shares=819, quota_us=150_000, memory_bytes=384 << 20)
+    assert read_container_cgroup_files(parent, "", pod_files) == pod_files
+    # Both containers start under it with their own values, inside the pod's bounds.
+    for name, shares, quota_us, memory in (("main", 512, 100_000, 256 << 20), ("side", 307, 50_000, 128 << 20)):
+        container_id = client.create_container(pod_id, None, name, SLEEP, resources=ORIGINAL)
+        client.start(container_id)
+        expected = container_cgroup_files(cgroup_version, shares=shares, quota_us=quota_us, memory_bytes=memory)
+        assert read_container_cgroup_files(parent, container_id, expected) == expected
+    assert read_container_cgroup_files(parent, "", pod_files) == pod_files
+    client.stop_pod(pod_id)
+    client.remove_pod(pod_id)
 
 
 def test_dead_hook_server_under_ignore_starts_every_pod_as_asked(rig: Rig, proxy: Proxy) -> None:

@@ -84,6 +84,24 @@ def test_reports_come_back_with_the_collect_policy(companion: tuple[Companion, P
     assert "node-1" in instance.controller.nodes
 
 
+def test_the_nodeslo_watch_carries_the_collect_policy_before_any_report(
+        companion: tuple[Companion, Path], tmp_path: Path) -> None:
+    instance, _ = companion
+    client = CompanionClient(f"127.0.0.1:{instance.server.port}", TOKEN, "node-1")
+    policies: list[Any] = []
+    sink = CompanionNodeMetricSink(client, on_policy=policies.append)
+    source = CompanionNodeSLOSource(client, NodeSLOHolder(), tmp_path / "cache.json", on_policy=sink.offer_policy)
+    source.start(lambda exc: pytest.fail(f"source failed: {exc!r}"))
+    try:
+        wait_until("the collect policy from the watch", lambda: policies)
+    finally:
+        source.stop(5)
+    assert sink.reports == 0 and [p.report_interval_seconds for p in policies] == [60]
+    sink.report(NodeMetricStatus(update_time=time.time(), node_metric=NodeMetricInfo(
+        node_usage=ResourceMap(cpu_milli=1, memory_bytes=1))))
+    assert len(policies) == 1, "the same policy in a report's reply is not applied twice"
+
+
 def test_without_kubernetes_evictions_are_refused(companion: tuple[Companion, Path]) -> None:
     instance, _ = companion
     api = CompanionEvictionAPI(CompanionClient(f"127.0.0.1:{instance.server.port}", TOKEN, "node-1"))

@@ -14,6 +14,7 @@ import pytest
 from tests.fixtures.fakeapiserver import (
     FakeApiServer,
     Fault,
+    disruption_status,
     label_selector_matches,
     make_configmap,
     make_node,
@@ -238,6 +239,63 @@ def test_eviction_deletes_or_answers_429(fake_apiserver: FakeApiServer, raw: Raw
     assert fake_apiserver.get("pods", "q", "ns") is not None
     code, _ = raw.request("POST", "/api/v1/namespaces/ns/pods/p/eviction", eviction)
     assert code == 404
+
+
+def _running_pod(name: str, labels: dict[str, str], phase: str = "Running") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns", "labels": labels},
+            "spec": {}, "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def _pdb(name: str, selector: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"selector": selector, **spec}}
+
+
+def test_eviction_honours_the_pod_disruption_budget(fake_apiserver: FakeApiServer, raw: Raw) -> None:
+    for name in ("a", "b"):
+        fake_apiserver.seed(_running_pod(name, {"app": "batch"}))
+    fake_apiserver.seed(_running_pod("c", {"app": "other"}))
+    fake_apiserver.seed(_running_pod("pending", {"app": "batch"}, phase="Pending"))
+    fake_apiserver.seed(_pdb("keep-one", {"matchLabels": {"app": "batch"}}, minAvailable=1))
+    evicted: list[tuple[str, str]] = []
+    fake_apiserver.on_eviction(lambda ns, name: evicted.append((ns, name)))
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction"}
+    # Two healthy of which one must stay: one disruption allowed, then none.
+    code, _ = raw.request("POST", "/api/v1/namespaces/ns/pods/a/eviction", eviction)
+    assert code == 201
+    budget = fake_apiserver.get("poddisruptionbudgets", "keep-one", "ns")
+    assert budget["status"]["disruptionsAllowed"] == 0 and "a" in budget["status"]["disruptedPods"]
+    code, body = raw.request("POST", "/api/v1/namespaces/ns/pods/b/eviction", eviction)
+    assert code == 429
+    assert body["details"]["causes"][0]["message"] == ("The disruption budget keep-one needs 1 healthy pods and "
+                                                       "has 1 currently")
+    assert fake_apiserver.get("pods", "b", "ns") is not None
+    # Not covered, and not yet running: no budget applies.
+    assert raw.request("POST", "/api/v1/namespaces/ns/pods/c/eviction", eviction)[0] == 201
+    assert raw.request("POST", "/api/v1/namespaces/ns/pods/pending/eviction", eviction)[0] == 201
+    assert evicted == [("ns", "a"), ("ns", "c"), ("ns", "pending")]
+    assert [(e["name"], e["blocked"], e["budget"]) for e in fake_apiserver.evictions] == [
+        ("a", False, "keep-one"), ("b", True, "keep-one"), ("c", False, None), ("pending", False, None)]
+
+
+def test_a_pod_under_two_budgets_cannot_be_evicted(fake_apiserver: FakeApiServer, raw: Raw) -> None:
+    fake_apiserver.seed(_running_pod("a", {"app": "batch", "tier": "x"}))
+    fake_apiserver.seed(_pdb("one", {"matchLabels": {"app": "batch"}}, maxUnavailable=1))
+    fake_apiserver.seed(_pdb("two", {"matchExpressions": [{"key": "tier", "operator": "Exists"}]},
+                             maxUnavailable="100%"))
+    code, body = raw.request("POST", "/api/v1/namespaces/ns/pods/a/eviction", {"kind": "Eviction"})
+    assert code == 500 and "more than one PodDisruptionBudget" in body["message"]
+
+
+def test_disruption_status_counts_like_the_controller() -> None:
+    pods = [_running_pod(str(i), {"app": "x"}) for i in range(4)] + [_running_pod("p", {"app": "x"}, "Pending")]
+    budget = _pdb("b", {"matchLabels": {"app": "x"}}, minAvailable="50%")
+    budget["metadata"]["generation"] = 3
+    status = disruption_status(budget, pods)
+    assert (status["expectedPods"], status["currentHealthy"], status["desiredHealthy"],
+            status["disruptionsAllowed"], status["observedGeneration"]) == (5, 4, 3, 1, 3)
+    assert disruption_status(_pdb("n", None), pods)["expectedPods"] == 0  # a null selector covers nothing
+    assert disruption_status(_pdb("e", {}, maxUnavailable=0), pods)["disruptionsAllowed"] == 0
 
 
 def test_fault_injection_matches_requests(fake_apiserver: FakeApiServer, raw: Raw) -> None:

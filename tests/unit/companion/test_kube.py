@@ -594,8 +594,8 @@ def test_evict_pod(fake_apiserver: FakeApiServer, api: client.ApiClient) -> None
     assert fake_apiserver.get("pods", "be-2", "batch") is not None
     assert evict_pod(api, "batch", "be-1") is EvictionResult.GONE
     assert fake_apiserver.evictions == [
-        {"namespace": "batch", "name": "be-1", "gracePeriodSeconds": 30, "blocked": False},
-        {"namespace": "batch", "name": "be-2", "gracePeriodSeconds": 0, "blocked": True},
+        {"namespace": "batch", "name": "be-1", "gracePeriodSeconds": 30, "blocked": False, "budget": None},
+        {"namespace": "batch", "name": "be-2", "gracePeriodSeconds": 0, "blocked": True, "budget": None},
     ]
     request = next(r for r in fake_apiserver.requests if r.verb == "evict")
     assert request.body["apiVersion"] == "policy/v1" and request.body["kind"] == "Eviction"

@@ -110,3 +110,28 @@ def test_exponential_buckets() -> None:
     assert exponential_buckets(0.001, 4, 3) == (0.001, 0.004, 0.016)
     with pytest.raises(ValueError, match="factor > 1"):
         exponential_buckets(1, 1, 3)
+
+
+def test_eviction_detail_series_expire_five_minutes_after_their_last_increment() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from koordlet.metrics.qos import DETAIL_EXPIRE_SECONDS, POD_EVICTION, POD_EVICTION_DETAIL, QoSMetrics
+
+    now = [1000.0]
+    registry = CollectorRegistry()
+    qos = QoSMetrics(registry, "node-1", clock=lambda: now[0])
+    qos.pod_eviction("EvictPodByNodeMemoryUsage", "default", "be-1")
+    now[0] += DETAIL_EXPIRE_SECONDS / 2
+    qos.pod_eviction("EvictPodByNodeMemoryUsage", "default", "be-2")
+
+    def pods() -> set[str]:
+        return {s.labels["pod_name"] for f in text_string_to_metric_families(generate_latest(registry).decode())
+                if f.name == POD_EVICTION_DETAIL for s in f.samples}
+
+    assert pods() == {"be-1", "be-2"}
+    now[0] += DETAIL_EXPIRE_SECONDS / 2 + 1
+    qos.strategy_run("memoryevict", 0.001, True)
+    assert pods() == {"be-2"}
+    total = [s.value for f in text_string_to_metric_families(generate_latest(registry).decode())
+             if f.name == POD_EVICTION for s in f.samples]
+    assert total == [2.0], "the per-reason count keeps every eviction"

@@ -18,6 +18,7 @@ from koordlet.qosmanager.evictor import Evictions
 from koordlet.qosmanager.framework import DecisionLog, Options
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import ResourceExecutor
+from koordlet.statesinformer.cpumanager import KubeletCPUManager
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta, PodsCallback
 from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS, container_dir, pod_dir
@@ -82,6 +83,7 @@ class FakeInformer:
     pod_list: list[PodMeta] = field(default_factory=list)
     node_info: NodeInfo = field(default_factory=make_node)
     reserved: Reservation = field(default_factory=Reservation)
+    kubelet: KubeletCPUManager = field(default_factory=KubeletCPUManager)
 
     def pods(self) -> tuple[PodMeta, ...]:
         return tuple(self.pod_list)
@@ -91,6 +93,9 @@ class FakeInformer:
 
     def reservation(self) -> Reservation:
         return self.reserved
+
+    def cpu_manager(self) -> KubeletCPUManager:
+        return self.kubelet
 
     def subscribe(self, callback: PodsCallback) -> None:
         return None

@@ -33,8 +33,11 @@ FORCE_UPDATE_SECONDS = 60.0
 MI = 1 << 20
 LOGGER = "koordlet.runtimehooks.reconciler"
 
-BE_DIR = "kubepods/besteffort/podbe-1/be0c1"
-LS_DIR = "kubepods/burstable/podls-1/ls0c1"
+BE_POD_DIR = "kubepods/besteffort/podbe-1"
+BE_DIR = f"{BE_POD_DIR}/be0c1"
+HALF_POD_DIR = "kubepods/besteffort/podhalf-1"
+LS_POD_DIR = "kubepods/burstable/podls-1"
+LS_DIR = f"{LS_POD_DIR}/ls0c1"
 V1_UNLIMITED = "9223372036854771712"
 
 
@@ -216,18 +219,31 @@ def test_round_writes_the_hooks_values_into_the_cgroups(env: Env) -> None:
     assert env.read(LS_DIR, "cpu.cfs_quota_us") == "-1"  # a bound pod must not be throttled
     assert env.read(LS_DIR, "cpu.shares") == "1024"  # kubelet's business, untouched
     assert env.read(LS_DIR, "memory.limit_in_bytes") == V1_UNLIMITED
+    assert env.read(LS_POD_DIR, "cpu.cfs_quota_us") == "-1"  # and neither must its pod cgroup
     half_dir = half.containers[0].cgroup_dir
     assert env.read(half_dir, "cpu.shares") == str(200 * 1024 // 1000)
     assert env.read(half_dir, "cpu.cfs_quota_us") == "40000"
+    # The BE pods' own cgroups: the sums over their containers (the pending one counts: it is in the spec).
+    assert env.read(BE_POD_DIR, "cpu.shares") == "512"
+    assert env.read(BE_POD_DIR, "cpu.cfs_quota_us") == "100000"
+    assert env.read(BE_POD_DIR, "memory.limit_in_bytes") == str(256 * MI)
+    assert env.read(HALF_POD_DIR, "cpu.shares") == str(400 * 1024 // 1000)
+    assert env.read(HALF_POD_DIR, "cpu.cfs_quota_us") == "80000"
 
-    # Only the containers of running pods with known cgroups were written, and every write is audited.
-    assert {d for d, _, _ in written(env.recorder.results)} == {BE_DIR, LS_DIR, half_dir}
+    # Only the pods and containers running with known cgroups were written, and every write is audited.
+    assert {d for d, _, _ in written(env.recorder.results)} == {BE_POD_DIR, BE_DIR, LS_POD_DIR, LS_DIR, HALF_POD_DIR,
+                                                                half_dir}
     assert sorted(written(env.recorder.results)) == sorted([
+        (BE_POD_DIR, "cpu_shares", "512"), (BE_POD_DIR, "cpu_cfs_quota", "100000"),
+        (BE_POD_DIR, "memory_limit", str(256 * MI)),
         (BE_DIR, "cpu_shares", "512"), (BE_DIR, "cpu_cfs_quota", "100000"),
         (BE_DIR, "memory_limit", str(256 * MI)),
-        (LS_DIR, "cpu_cfs_quota", "-1"), (LS_DIR, "cpuset_cpus", "2-3"),
+        (LS_POD_DIR, "cpu_cfs_quota", "-1"), (LS_DIR, "cpu_cfs_quota", "-1"), (LS_DIR, "cpuset_cpus", "2-3"),
+        # No batch-memory limit on its containers: the pod's memory is unlimited (-1), as upstream.
+        (HALF_POD_DIR, "cpu_shares", "409"), (HALF_POD_DIR, "cpu_cfs_quota", "80000"),
+        (HALF_POD_DIR, "memory_limit", "-1"),
         (half_dir, "cpu_shares", "204"), (half_dir, "cpu_cfs_quota", "40000")])
-    assert len(env.audit.entries) == 7
+    assert len(env.audit.entries) == 14
     assert {e.owner for e in env.audit.entries} == {"runtimehooks/batchresource", "runtimehooks/cpuset"}
     assert env.read(terminated.containers[0].cgroup_dir, "cpu.shares") == "1024"
     assert env.read("kubepods/besteffort/podhalf-1/pending0c", "cpu.shares") == "1024"
@@ -245,7 +261,7 @@ def test_second_round_writes_nothing(env: Env) -> None:
     reconciler.reconcile(pods)
 
     again = env.recorder.since(mark)
-    assert len(again) == 5
+    assert len(again) == 9  # BE pod: 3 values; its container: 3; LS pod: 1; LS container: 2
     assert {r.outcome for r in again} == {Outcome.SKIPPED_UNCHANGED}
     assert len(env.audit.entries) == audited
     assert env.mtimes() == mtimes
@@ -334,14 +350,16 @@ def test_a_pod_that_went_away_ends_its_streak(env: Env, caplog: pytest.LogCaptur
     assert not reconcile_records(caplog, "runtime hooks reconcile recovered")
 
 
-def test_fail_policy_writes_nothing_for_the_failing_pod(env: Env) -> None:
+def test_fail_policy_writes_nothing_for_the_failing_stage(env: Env) -> None:
     pods = [broken_be_pod(), ls_pod()]
     env.make_dirs(pods)
     env.reconciler(FailurePolicy.FAIL).reconcile(pods)
     assert env.read(BE_DIR, "cpu.shares") == "1024"
     assert env.read(BE_DIR, "cpu.cfs_quota_us") == "-1"
     assert env.read(BE_DIR, "memory.limit_in_bytes") == V1_UNLIMITED
-    assert not [r for r in env.recorder.results if r.update.rel_dir.startswith("kubepods/besteffort")]
+    assert not [r for r in env.recorder.results if r.update.rel_dir == BE_DIR]
+    # The pod stage fails too: cpuset reads the same garbage annotation there.
+    assert not [r for r in env.recorder.results if r.update.rel_dir == BE_POD_DIR]
     # The other pods are not held hostage by it.
     assert env.read(LS_DIR, "cpuset.cpus") == "2-3"
 
@@ -351,7 +369,8 @@ def test_a_vanished_cgroup_is_a_race_not_a_failure(env: Env, caplog: pytest.LogC
     pods = [be_pod()]
     env.host.mkdir_cgroup(pods[0].cgroup_dir)  # the container's directory is already gone (or not yet there)
     env.reconciler().reconcile(pods)
-    assert {r.outcome for r in env.recorder.results} == {Outcome.GONE}
+    assert {r.outcome for r in env.recorder.results if r.update.rel_dir == BE_DIR} == {Outcome.GONE}
+    assert {r.outcome for r in env.recorder.results if r.update.rel_dir == BE_POD_DIR} == {Outcome.WRITTEN}
     assert not reconcile_records(caplog, "runtime hooks reconcile failed")
 
 

@@ -457,6 +457,19 @@ def test_policy_change_takes_effect_next_round(cache: MetricCache) -> None:
         runner.stop(5.0)
 
 
+def test_a_shorter_interval_brings_the_next_report_forward(cache: MetricCache) -> None:
+    # The companion's policy arrives while the first report is an hour away: it is due within the new
+    # interval, not after the hour (a node would otherwise report nothing for the default 60 s).
+    reporter = Recorder()
+    runner = NodeMetricRunner(cache, Pods(), [reporter], NodeMetricCollectPolicy(report_interval_seconds=3600))
+    runner.start(lambda exc: None)
+    try:
+        runner.set_policy(fast_policy())
+        assert reporter.wait_calls(2), "the 20 ms interval did not replace the hour-long wait"
+    finally:
+        runner.stop(5.0)
+
+
 def test_runner_is_a_component_that_starts_once(cache: MetricCache) -> None:
     runner = NodeMetricRunner(cache, Pods(), [])
     component: Component = runner  # checked by mypy: the daemon can own it

@@ -41,6 +41,13 @@ def test_sync_reads_kubelet_configz_and_retries(fake_kubelet: Any) -> None:
     fake_kubelet.set_configz(CONFIGZ)
     assert sync.sync_once()
     assert got == [Reservation(1500, 1536 * 2**20)] and sync.attempts == 2
+    # Re-read: the same configuration is not handed on again; a failure keeps the last good one.
+    assert sync.sync_once() and len(got) == 1
+    fake_kubelet.set_configz(None)
+    assert not sync.sync_once() and sync.reservation == got[0]
+    fake_kubelet.set_configz({"kubeletconfig": {"cpuManagerPolicy": "static"}})
+    assert sync.sync_once()
+    assert got[-1] == Reservation(cpu_manager_policy="static")
 
 
 def test_reserved_system_cpus_name_cpus_and_override_the_quantity() -> None:
@@ -51,3 +58,20 @@ def test_reserved_system_cpus_name_cpus_and_override_the_quantity() -> None:
 def test_reserved_system_cpus_garbage_names_the_field() -> None:
     with pytest.raises(ParseError, match="reservedSystemCPUs"):
         reservation_from_configz({"kubeletconfig": {"reservedSystemCPUs": "0-x"}})
+
+
+@pytest.mark.parametrize(("policy", "expected"), [(None, "none"), ("", "none"), ("none", "none"), ("static", "static")])
+def test_cpu_manager_policy_from_configz(policy: str | None, expected: str) -> None:
+    config: dict[str, Any] = {"kubeReserved": {"cpu": "500m"}, "reservedSystemCPUs": "0"}
+    if policy is not None:
+        config["cpuManagerPolicy"] = policy
+    reservation = reservation_from_configz({"kubeletconfig": config})
+    assert reservation == Reservation(1000, 0, (0,), expected)
+    # The sum of two reservations keeps the policy of the first.
+    assert (reservation + Reservation(500)).cpu_manager_policy == expected
+
+
+@pytest.mark.parametrize("policy", ["Static", "dynamic", 3, ["static"]])
+def test_unknown_cpu_manager_policy_names_the_field(policy: object) -> None:
+    with pytest.raises(ParseError, match=r"kubeletconfig.cpuManagerPolicy: expected one of none, static, got "):
+        reservation_from_configz({"kubeletconfig": {"cpuManagerPolicy": policy}})

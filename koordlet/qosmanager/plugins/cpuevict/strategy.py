@@ -72,6 +72,7 @@ class CPUEvict:
 
     def __init__(self, options: Options) -> None:
         self.options = options
+        self._skips = helpers.SkipLog(NAME, log)
         self.last_eviction: float = options.clock()
         """Start of the cooldown: construction, then every round that launched an eviction."""
 
@@ -280,8 +281,7 @@ class CPUEvict:
     def _decide(self, action: str, summary: str, numbers: dict[str, Any]) -> Decision:
         if action in ("evict", "failed"):
             log.warning("cpuevict: %s", summary)
-        elif action == "skip":
-            log.info("cpuevict skipped", extra={"reason": summary})
+        self._skips.note(action, summary)
         return Decision(NAME, self.options.clock(), action, summary, numbers)
 
 

@@ -122,17 +122,36 @@ class QuotaPlan:
     max_increase: float
 
 
-def cfs_quota_plan(milli: int, current: int, capacity_cpus: int) -> QuotaPlan:
-    """``adjustByCfsQuota``: quota = suppress * period (at least 2000); a change smaller than 1% of the
-    node's CPU time is skipped unless the quota drops to the minimum; once a quota is set (not -1) it
-    grows by at most 10% of the node per round."""
-    target = max(milli * CFS_PERIOD_US // 1000, BE_MIN_QUOTA_US)
+def cfs_quota_plan(milli: int, current: int, capacity_cpus: int, min_quota: int = BE_MIN_QUOTA_US) -> QuotaPlan:
+    """``adjustByCfsQuota``: quota = suppress * period (at least ``min_quota``); a change smaller than 1%
+    of the node's CPU time is skipped unless the quota drops to the minimum; once a quota is set (not -1)
+    it grows by at most 10% of the node per round.
+
+    ``current`` and the result are BE's total: with several BE cgroups (a standalone host's workloads)
+    the caller passes the sum of their quotas (-1 when any is unlimited), ``min_quota`` = cgroups x
+    :data:`BE_MIN_QUOTA_US`, and splits the result with :func:`split_quota`."""
+    target = max(milli * CFS_PERIOD_US // 1000, min_quota)
     # Go evaluates float64(cap) * float64(period) * ratio left to right; so does this.
     min_delta = float(capacity_cpus) * float(CFS_PERIOD_US) * QUOTA_BYPASS_RATIO
     max_increase = float(capacity_cpus) * float(CFS_PERIOD_US) * BE_MAX_INCREASE_PERCENT
-    if abs(target - current) < min_delta and target != BE_MIN_QUOTA_US:
+    if abs(target - current) < min_delta and target != min_quota:
         return QuotaPlan(current, target, current, True, False, min_delta, max_increase)
     quota, stepped = target, False
     if target - current > max_increase and current != UNSET_QUOTA:
-        quota, stepped = current + int(max_increase), True
+        # A total someone set below the per-cgroup floors still starts from the floors.
+        quota, stepped = max(current + int(max_increase), min_quota), True
     return QuotaPlan(quota, target, current, False, stepped, min_delta, max_increase)
+
+
+def split_quota(total: int, parts: int) -> list[int]:
+    """``total`` us of quota shared equally by ``parts`` BE cgroups; the remainder goes 1 us each to the
+    first shares, so the shares always add up to ``total``.
+
+    Equal, not by usage or weight: an operator can say in advance what each BE workload may get
+    (suppress / n cores), the split does not move with usage that changes every second, and one busy
+    workload cannot take the others' share in a single round.  Workloads that should pool their share
+    go under one parent cgroup configured as a single workload."""
+    if parts <= 0:
+        raise ValueError(f"split_quota: parts must be positive, got {parts}")
+    share, extra = divmod(total, parts)
+    return [share + (1 if i < extra else 0) for i in range(parts)]

@@ -1,9 +1,14 @@
 """BE CPU suppression (Koordinator ``qosmanager/plugins/cpusuppress``): each round, BE may use what the
-node's threshold leaves after the non-BE pods and the system, enforced on the besteffort QoS cgroup
-either by shrinking its cpuset (policy ``cpuset``, the default) or by its CFS quota (``cfsQuota``).
+node's threshold leaves after the non-BE pods and the system, enforced on the BE cgroups (the besteffort
+QoS cgroup; on a standalone host each BE workload's own cgroup, see :mod:`.targets`) either by shrinking
+their cpuset (policy ``cpuset``, the default) or by CFS quota (``cfsQuota``), BE's quota then being split
+equally among the BE cgroups (:func:`.calc.split_quota`) so the shares add up to the suppress target.
 
-The policy not in use is recovered (BE's cpuset back to every CPU it may use, or its quota back to -1),
-so switching policies through the NodeSLO never leaves both limits in force."""
+In every BE cgroup the policy not in use is recovered (the cpuset back to every CPU BE may use, or the
+quota back to -1), so switching policies through the NodeSLO never leaves both limits in force.
+
+Under kubelet's static CPU manager policy the suppressed cpuset goes to BE's containers only, the CPUs
+kubelet pinned are never BE's, and a pinned container's cgroup is never written (:mod:`.kubelet_policy`)."""
 
 from __future__ import annotations
 
@@ -12,7 +17,6 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from koordlet.apis.extension import QoSClass
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.nodeslo.types import ResourceThresholdStrategy
 from koordlet.errors import KoordletError
@@ -20,9 +24,10 @@ from koordlet.qosmanager import helpers
 from koordlet.qosmanager.framework import Decision, Options
 from koordlet.qosmanager.plugins.cpusuppress import calc
 from koordlet.qosmanager.plugins.cpusuppress.cpuset_policy import Pools, choose, processors, split_pools
+from koordlet.qosmanager.plugins.cpusuppress.kubelet_policy import static_updates, without_pinned
+from koordlet.qosmanager.plugins.cpusuppress.targets import Targets, be_targets, non_be
 from koordlet.resourceexecutor import CgroupUpdate, Result
-from koordlet.statesinformer.framework import PodMeta
-from koordlet.system.kubepaths import KubeQoS
+from koordlet.statesinformer.cpumanager import KubeletCPUManager
 from koordlet.system.validators import format_cpulist
 
 log = logging.getLogger(__name__)
@@ -35,9 +40,7 @@ DEFAULT_THRESHOLD_PERCENT = 65
 _READ_ERRORS = (KoordletError, OSError)
 
 
-def non_be(pod: PodMeta) -> bool:
-    """Koordinator's ``NonBEPodFilter``: neither labelled BE nor in kubelet's BestEffort class."""
-    return pod.qos is not QoSClass.BE and pod.pod.kube_qos is not KubeQoS.BESTEFFORT
+__all__ = ["CFS_QUOTA", "CPUSET", "NAME", "CPUSuppress", "non_be"]
 
 
 class CPUSuppress:
@@ -47,12 +50,25 @@ class CPUSuppress:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._quota_recovered = False
-        """Koordinator's ``suppressPolicyStatuses[cfsQuota] == recovered``: -1 is written once, not every
-        round, so kubelet or an operator may set the besteffort quota while the cpuset policy runs."""
+        self._skips = helpers.SkipLog(NAME, log)
+        self._quota_recovered: set[str] = set()
+        """BE cgroups whose quota is recovered (Koordinator's ``suppressPolicyStatuses[cfsQuota] ==
+        recovered``, kept per cgroup): -1 is written once, not every round, so kubelet or an operator may
+        set the quota while the cpuset policy runs, and a BE cgroup that appears later is recovered too."""
         self._be_tree: tuple[object, float, tuple[str, ...]] | None = None
         """(what the walk depended on, when, the directories) of the last walk of the besteffort tree."""
-        self._last_batch: tuple[tuple[str, ...], tuple[str, str], tuple[CgroupUpdate, ...]] | None = None
+        self._last_batch: tuple[tuple[str, ...], tuple[object, ...], tuple[CgroupUpdate, ...], tuple[str, ...]
+                                ] | None = None
+        self._kubelet = KubeletCPUManager()
+        """kubelet's CPU manager this round (its policy and pinned containers)."""
+        self._left_pinned: tuple[str, ...] = ()
+        """Directories this round left alone for a container kubelet pinned (in the decision's numbers)."""
+        self._static_cpus: list[int] | None = None
+        """What the last round gave BE's containers under kubelet's static policy: the growth limit counts
+        from it, the besteffort cgroup then holding every CPU BE may use (upstream reads the besteffort
+        cgroup, which leaves BE unlimited in growth under that policy)."""
+        self._left_alone: tuple[str, ...] = ()
+        """The BE workloads left alone last round (logged when that changes, not every round)."""
 
     def enabled(self, slo: NodeSLOSpec) -> bool:
         threshold = slo.resource_used_threshold_with_be
@@ -65,9 +81,17 @@ class CPUSuppress:
         informer = self.options.informer
         node = informer.node()
         pods = list(informer.pods())
-        pools = split_pools(node, pods, reserved_cpus(self.options))
+        kubelet = self._kubelet = informer.cpu_manager()
+        self._left_pinned = ()
+        # CPUs kubelet pinned to a Guaranteed container are exclusive, as an LSE pod's are.
+        pools = split_pools(node, pods, reserved_cpus(self.options) | kubelet.pinned_cpus)
+        targets = be_targets(helpers.be_qos_dir(self.options), pods)
+        if targets.left_alone != self._left_alone:
+            self._left_alone = targets.left_alone
+            if targets.left_alone:
+                log.warning("BE workloads not suppressed", extra={"left_alone": list(targets.left_alone)})
         if not enabled:
-            return self._recover(pools)
+            return self._recover(pools, targets)
         threshold = slo.resource_used_threshold_with_be or ResourceThresholdStrategy()
         if not pods:
             return self._decide("skip", "no pods known yet", {})
@@ -84,21 +108,31 @@ class CPUSuppress:
         numbers = _suppress_numbers(suppress, split.node, pools)
         if not pools.allowed:
             return self._decide("skip", "no CPU left for BE: every CPU is an LSE pod's or reserved", numbers)
+        if targets.left_alone:
+            numbers["left_alone"] = list(targets.left_alone)
+        if not targets.roots:
+            return self._decide("skip", "no BE cgroup to suppress: no BE workload is configured and no BE pod was "
+                                        f"found under {helpers.be_qos_dir(self.options)}{_left_alone_text(targets)}",
+                                numbers)
         if threshold.cpu_suppress_policy == CFS_QUOTA:
-            return self._by_quota(suppress, pools, numbers)
-        return self._by_cpuset(suppress, pools, numbers)
+            return self._by_quota(suppress, pools, numbers, targets)
+        return self._by_cpuset(suppress, pools, numbers, targets)
 
     # ------------------------------------------------------------------------------------------ policies
 
-    def _by_cpuset(self, suppress: calc.Suppress, pools: Pools, numbers: dict[str, Any]) -> Decision:
-        be_dir = helpers.be_qos_dir(self.options)
-        try:
-            current: list[int] = self.options.reader.read("cpuset_cpus", be_dir)
-        except _READ_ERRORS as exc:
-            return self._decide("skip", f"cannot read BE's cpuset in {be_dir}: {exc}", numbers)
+    def _by_cpuset(self, suppress: calc.Suppress, pools: Pools, numbers: dict[str, Any],
+                   targets: Targets) -> Decision:
+        currents, unreadable = self._read_roots("cpuset_cpus", targets)
+        if not currents:
+            return self._decide("skip", f"cannot read BE's cpuset in {'; '.join(unreadable)}", numbers)
         allowed = pools.allowed
         # An empty cpuset.cpus (a fresh v2 cgroup) means "all of the parent's": count it as every CPU BE
-        # may use, so the growth limit does not start BE from zero.
+        # may use, so the growth limit does not start BE from zero.  With several BE cgroups BE grows
+        # from the narrowest, so a workload that just appeared with every CPU does not widen the others.
+        current = min(currents.values(), key=lambda cpus: len(cpus) or len(allowed))
+        static = self._kubelet.static and targets.besteffort
+        if static and self._static_cpus is not None:
+            current = self._static_cpus
         current_size = len(current) or len(allowed)
         node_cpus = len(processors(self.options.informer.node()))
         count = calc.cpuset_count(suppress.milli, self.options.config.be_min_cpuset_cpus, current_size, node_cpus,
@@ -108,69 +142,124 @@ class CPUSuppress:
         numbers.update(policy=CPUSET, be_cpus=len(cpus), be_cpuset=text, wanted_cpus=count.wanted,
                        limited_by=count.limited_by, previous_cpuset=format_cpulist(current),
                        min_cpus=self.options.config.be_min_cpuset_cpus, growth_limit=calc.growth_limit(node_cpus))
+        _note_targets(numbers, targets, currents, unreadable)
         if not cpus:
             return self._decide("skip", f"no CPUs could be chosen for BE ({count.cpus} wanted)", numbers)
-        updates = self._cpuset_batch(be_dir, text, f"{NAME}: BE limited to {_cpus(len(cpus))}")
-        quota_index = len(updates) if not self._quota_recovered else -1
-        if not self._quota_recovered:
-            updates.append(CgroupUpdate("cpu_cfs_quota", be_dir, calc.UNSET_QUOTA,
-                                        f"{NAME}: recover BE quota (cpuset policy in use)"))
-        results = self.options.executor.apply(updates)
-        if quota_index >= 0 and results[quota_index].ok:
-            self._quota_recovered = True
-        self.options.metrics.be_suppress_cores(CPUSET, float(len(cpus)))
-        summary = (f"BE limited to {_cpus(len(cpus))} (cpuset {text}): {_usage_text(suppress)}"
-                   f"{_limit_text(count, numbers)}")
-        return self._decide("suppress", summary + _failures(results, numbers), numbers)
-
-    def _by_quota(self, suppress: calc.Suppress, pools: Pools, numbers: dict[str, Any]) -> Decision:
         be_dir = helpers.be_qos_dir(self.options)
-        try:
-            current = int(self.options.reader.read("cpu_cfs_quota", be_dir))
-        except _READ_ERRORS as exc:
-            return self._decide("skip", f"cannot read BE's cfs quota in {be_dir}: {exc}", numbers)
+        wide = format_cpulist(allowed) if static else ""
+        self._forget_drifted("cpuset_cpus", {root: (format_cpulist(value), wide if static and root == be_dir else text)
+                                             for root, value in currents.items()})
+        updates = self._cpuset_batch(targets, text, f"{NAME}: BE limited to {_cpus(len(cpus))}", wide)
+        # Every BE cgroup with a quota, including one the cpuset cannot reach (on v1 systemd makes no
+        # cpuset cgroup for a unit): a quota left from the cfsQuota policy must not stay in force.
+        updates += [CgroupUpdate("cpu_cfs_quota", root, calc.UNSET_QUOTA,
+                                 f"{NAME}: recover BE quota (cpuset policy in use)")
+                    for root in targets.roots if root not in self._quota_recovered and self._has_quota(root)]
+        results = self.options.executor.apply(updates)
+        self._quota_recovered.update(r.update.rel_dir for r in results if r.ok and r.update.resource == "cpu_cfs_quota")
+        self._static_cpus = cpus if static else None
+        self.options.metrics.be_suppress_cores(CPUSET, float(len(cpus)))
+        per_container = ""
+        if static:
+            numbers["be_parent_cpuset"] = wide
+            per_container = f" per container (kubelet static policy; besteffort and pod cgroups keep {wide})"
+        summary = (f"BE limited to {_cpus(len(cpus))} (cpuset {text}){per_container}{_where(targets, currents)}: "
+                   f"{_usage_text(suppress)}{_limit_text(count, numbers)}")
+        return self._decide("suppress", summary + _notes(targets, unreadable) + _failures(results, numbers), numbers)
+
+    def _by_quota(self, suppress: calc.Suppress, pools: Pools, numbers: dict[str, Any],
+                  targets: Targets) -> Decision:
+        self._static_cpus = None
+        read, unreadable = self._read_roots("cpu_cfs_quota", targets)
+        if not read:
+            return self._decide("skip", f"cannot read BE's cfs quota in {'; '.join(unreadable)}", numbers)
+        currents = {root: int(value) for root, value in read.items()}
+        roots = list(currents)
+        # BE's quota is the sum of its cgroups'; one unlimited cgroup leaves BE unlimited.
+        unlimited = any(value < 0 for value in currents.values())
+        current = calc.UNSET_QUOTA if unlimited else sum(currents.values())
         node_cpus = self.options.informer.node().cpu_count
-        plan = calc.cfs_quota_plan(suppress.milli, current, node_cpus)
+        plan = calc.cfs_quota_plan(suppress.milli, current, node_cpus, len(roots) * calc.BE_MIN_QUOTA_US)
+        shares = dict(zip(roots, calc.split_quota(plan.quota, len(roots)), strict=True))
         numbers.update(policy=CFS_QUOTA, previous_quota_us=current, target_quota_us=plan.target,
                        quota_us=plan.quota, period_us=calc.CFS_PERIOD_US, min_delta_us=plan.min_delta,
                        max_increase_us=plan.max_increase, stepped=plan.stepped, skipped=plan.skip,
                        recovered_cpuset=format_cpulist(pools.allowed))
-        updates: list[CgroupUpdate] = []
-        if not plan.skip:
-            updates.append(CgroupUpdate("cpu_cfs_quota", be_dir, plan.quota,
-                                        f"{NAME}: BE quota {plan.quota / calc.CFS_PERIOD_US:.2f} cores"))
+        _note_targets(numbers, targets, currents, unreadable)
+        if not targets.only_besteffort:
+            numbers["quota_shares_us"] = dict(shares)
+        # A skipped change keeps BE's total, but shares someone moved apart are evened out again.
+        changing = [root for root in roots
+                    if not plan.skip or (not unlimited and currents[root] != shares[root])]
+        self._forget_drifted("cpu_cfs_quota", {root: (currents[root], shares[root]) for root in changing})
+        updates = [CgroupUpdate("cpu_cfs_quota", root, shares[root],
+                                f"{NAME}: BE quota {shares[root] / calc.CFS_PERIOD_US:.2f} cores") for root in changing]
         # Koordinator recovers the cpuset every round of the quota policy (recoverCPUSetIfNeed); the
         # executor skips unchanged values, and BE pods created since the last round get widened too.
         allowed = format_cpulist(pools.allowed)
-        updates += self._cpuset_batch(be_dir, allowed, f"{NAME}: recover BE cpuset (cfsQuota policy in use)")
+        updates += self._cpuset_batch(targets, allowed, f"{NAME}: recover BE cpuset (cfsQuota policy in use)")
         results = self.options.executor.apply(updates)
-        self._quota_recovered = False
+        self._quota_recovered.clear()
+        notes = _notes(targets, unreadable)
         if plan.skip:
+            evened = f"; shares evened out over {len(roots)} BE cgroups" if changing else ""
             summary = (f"BE quota kept at {current} us: target {plan.target} us differs by less than 1% of the "
-                       f"node ({plan.min_delta:.0f} us); {_usage_text(suppress)}")
-            return self._decide("none", summary + _failures(results, numbers), numbers)
+                       f"node ({plan.min_delta:.0f} us); {_usage_text(suppress)}{evened}")
+            return self._decide("none", summary + notes + _failures(results, numbers), numbers)
         self.options.metrics.be_suppress_cores(CFS_QUOTA, plan.quota / calc.CFS_PERIOD_US)
         step = f"; growth limited to +{plan.max_increase:.0f} us per round" if plan.stepped else ""
         summary = (f"BE quota {plan.quota} us per {calc.CFS_PERIOD_US} us ({plan.quota / calc.CFS_PERIOD_US:.2f} "
-                   f"cores): {_usage_text(suppress)}{step}")
-        return self._decide("suppress", summary + _failures(results, numbers), numbers)
+                   f"cores){_split_text(targets, shares)}: {_usage_text(suppress)}{step}")
+        return self._decide("suppress", summary + notes + _failures(results, numbers), numbers)
 
-    def _recover(self, pools: Pools) -> Decision:
-        """Undo both policies: BE's cpuset back to every allowed CPU, its quota back to -1."""
-        be_dir = helpers.be_qos_dir(self.options)
+    def _recover(self, pools: Pools, targets: Targets) -> Decision:
+        """Undo both policies in every BE cgroup: the cpuset back to every allowed CPU, the quota to -1."""
+        self._static_cpus = None
         allowed = format_cpulist(pools.allowed)
         numbers: dict[str, Any] = {"recovered_cpuset": allowed, "excluded_cpus": format_cpulist(pools.excluded)}
+        if not targets.roots:
+            return self._decide("none", "no BE cgroup to recover", numbers)
+        if not targets.only_besteffort:
+            numbers["targets"] = list(targets.roots)
         # With every CPU exclusive there is nothing to give back (and an empty cpuset is refused).
         owner = f"{NAME}: recover BE cpuset (suppress disabled)"
-        updates = self._cpuset_batch(be_dir, allowed, owner) if allowed else []
-        if not self._quota_recovered:
-            updates.append(CgroupUpdate("cpu_cfs_quota", be_dir, calc.UNSET_QUOTA,
-                                        f"{NAME}: recover BE quota (suppress disabled)"))
+        updates = self._cpuset_batch(targets, allowed, owner) if allowed else []
+        updates += [CgroupUpdate("cpu_cfs_quota", root, calc.UNSET_QUOTA, f"{NAME}: recover BE quota (suppress "
+                                                                        "disabled)")
+                    for root in targets.roots if root not in self._quota_recovered]
         results = self.options.executor.apply(updates)
-        if any(r.ok and r.update.resource == "cpu_cfs_quota" for r in results):
-            self._quota_recovered = True
-        summary = f"BE recovered: cpuset {allowed or '(no cgroups)'}, cfs quota unlimited"
+        self._quota_recovered.update(r.update.rel_dir for r in results if r.ok and r.update.resource == "cpu_cfs_quota")
+        where = "" if targets.only_besteffort else f" in {', '.join(targets.roots)}"
+        summary = f"BE recovered{where}: cpuset {allowed or '(no cgroups)'}, cfs quota unlimited"
         return self._decide("recover", summary + _failures(results, numbers), numbers)
+
+    def _read_roots(self, resource: str, targets: Targets) -> tuple[dict[str, Any], list[str]]:
+        """``resource`` of each target root that can be read, and ``<root>: why`` for the others (a
+        systemd unit that is not running has no cgroup; on v1 systemd never makes a unit's cpuset one)."""
+        values: dict[str, Any] = {}
+        unreadable: list[str] = []
+        for root in targets.roots:
+            try:
+                values[root] = self.options.reader.read(resource, root)
+            except _READ_ERRORS as exc:
+                unreadable.append(f"{root}: {exc}")
+        return values, unreadable
+
+    def _has_quota(self, root: str) -> bool:
+        """The cgroup has a quota file: one that does not (a unit not running) has nothing to recover,
+        and writing to it would fail every round."""
+        try:
+            return os.path.exists(self.options.reader.path("cpu_cfs_quota", root))
+        except _READ_ERRORS:
+            return False
+
+    def _forget_drifted(self, resource: str, values: dict[str, tuple[Any, Any]]) -> None:
+        """Makes the executor write a root whose file holds something else than what this round wants
+        (root -> (read, wanted)), even if it wrote that value moments ago: a workload's cgroup re-created
+        by a restart starts unlimited, and waiting out the executor's rewrite period would leave it so."""
+        for root, (read, wanted) in values.items():
+            if read != wanted:
+                self.options.executor.forget(self.options.reader.path(resource, root))
 
     # ------------------------------------------------------------------------------------------ helpers
 
@@ -194,14 +283,45 @@ class CPUSuppress:
         self._be_tree = (key, now, dirs) if dirs else None
         return dirs
 
-    def _cpuset_batch(self, be_dir: str, cpus: str, owner: str) -> list[CgroupUpdate]:
-        """``cpus`` for every BE directory; the same update objects as last round while nothing changed
-        (the executor skips them as unchanged anyway, building them again is most of a steady round)."""
-        dirs = self.be_dirs(be_dir, cpus)
+    def _cpuset_batch(self, targets: Targets, cpus: str, owner: str, wide: str = "") -> list[CgroupUpdate]:
+        """``cpus`` for every BE directory (with ``wide``, kubelet's static policy: ``wide`` for besteffort
+        and its pods, ``cpus`` for the containers, see :mod:`.kubelet_policy`), none for a directory of a
+        container kubelet pinned or above or below one; the same update objects as last round while
+        nothing changed (the executor skips them as unchanged anyway, building them again is most of a
+        steady round)."""
+        dirs = self.be_dirs(helpers.be_qos_dir(self.options), cpus) if targets.besteffort else ()
+        if targets.workload_dirs:
+            # Workload trees are small and change under the workload's own control (a service making
+            # sub-cgroups): walked every round, never cached.
+            seen = set(dirs)
+            extra = [d for root in targets.workload_dirs for d in self._walk_tree(root) if d not in seen]
+            dirs = (*dirs, *dict.fromkeys(extra))
+        pinned = self._kubelet.pinned_dirs
+        key = (cpus, owner, wide, pinned)
         last = self._last_batch
-        if last is None or last[0] is not dirs or last[1] != (cpus, owner):
-            last = self._last_batch = (dirs, (cpus, owner), tuple(cpuset_updates(dirs, cpus, owner)))
+        if last is None or (last[0] is not dirs and last[0] != dirs) or last[1] != key:
+            updates = (static_updates(dirs, helpers.be_qos_dir(self.options), cpus, wide, owner) if wide
+                       else cpuset_updates(dirs, cpus, owner))
+            kept, left = without_pinned(updates, pinned)
+            last = self._last_batch = (dirs, key, tuple(kept), tuple(left))
+        self._left_pinned = last[3]
         return list(last[2])
+
+    def _walk_tree(self, root: str) -> list[str]:
+        """``root`` and every directory below it in the cpuset hierarchy (empty when it does not exist)."""
+        try:
+            top = os.path.dirname(self.options.reader.path("cpuset_cpus", root))
+        except _READ_ERRORS:
+            return []
+        if not os.path.isdir(top):
+            return []
+        dirs = [root]
+        for directory, subdirs, _files in os.walk(top):
+            subdirs.sort()
+            below = os.path.relpath(directory, top)
+            prefix = root if below == "." else f"{root}/{below}"
+            dirs += [f"{prefix}/{d}" for d in subdirs]
+        return dirs
 
     def _walk_be_tree(self, be_dir: str) -> tuple[str, ...]:
         try:
@@ -217,8 +337,16 @@ class CPUSuppress:
         return tuple(dirs)
 
     def _decide(self, action: str, summary: str, numbers: dict[str, Any]) -> Decision:
-        if action == "skip":
-            log.info("cpusuppress skipped", extra={"reason": summary})
+        kubelet = self._kubelet
+        if kubelet.static or kubelet.pinned or kubelet.error:
+            numbers.update(kubelet_cpu_manager_policy=kubelet.policy,
+                           kubelet_pinned_cpus=format_cpulist(kubelet.pinned_cpus))
+        if kubelet.error:
+            numbers["kubelet_state_error"] = kubelet.error
+            summary += f"; kubelet's pinned CPUs are the last known: {kubelet.error}"
+        if self._left_pinned:
+            numbers["left_pinned"] = list(self._left_pinned)
+        self._skips.note(action, summary)
         return Decision(NAME, self.options.clock(), action, summary, numbers)
 
 
@@ -240,6 +368,39 @@ def _subdirs(path: str) -> list[str]:
             return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
     except OSError:  # vanished between listing and reading: the next round sees the new tree
         return []
+
+
+def _note_targets(numbers: dict[str, Any], targets: Targets, read: dict[str, Any], unreadable: list[str]) -> None:
+    if not targets.only_besteffort:
+        numbers["targets"] = list(read)
+    if unreadable:
+        numbers["unreadable"] = list(unreadable)
+
+
+def _where(targets: Targets, read: dict[str, Any]) -> str:
+    return "" if targets.only_besteffort else f" in {', '.join(read)}"
+
+
+def _split_text(targets: Targets, shares: dict[str, int]) -> str:
+    if targets.only_besteffort:
+        return ""
+    if len(shares) == 1:
+        return f" in {next(iter(shares))}"
+    return f" split equally over {len(shares)} BE cgroups ({', '.join(f'{r} {q} us' for r, q in shares.items())})"
+
+
+def _left_alone_text(targets: Targets) -> str:
+    if not targets.left_alone:
+        return ""
+    return f"; left alone: {'; '.join(targets.left_alone)}"
+
+
+def _notes(targets: Targets, unreadable: list[str]) -> str:
+    """What the summary adds when part of BE could not be limited."""
+    text = _left_alone_text(targets)
+    if unreadable:
+        text += f"; not limited, unreadable: {'; '.join(unreadable)}"
+    return text
 
 
 def _suppress_numbers(suppress: calc.Suppress, node_used: float, pools: Pools) -> dict[str, Any]:

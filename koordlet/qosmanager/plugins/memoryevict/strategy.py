@@ -61,6 +61,7 @@ class MemoryEvict:
 
     def __init__(self, options: Options) -> None:
         self.options = options
+        self._skips = helpers.SkipLog(NAME, log)
         self.last_eviction: float | None = None
         """When the last round that launched an eviction ran (the cooldown counts from it)."""
 
@@ -237,6 +238,5 @@ class MemoryEvict:
     def _decide(self, action: str, summary: str, numbers: dict[str, Any]) -> Decision:
         if action in ("evict", "failed"):
             log.warning("memoryevict: %s", summary)
-        elif action == "skip":
-            log.info("memoryevict skipped", extra={"reason": summary})
+        self._skips.note(action, summary)
         return Decision(NAME, self.options.clock(), action, summary, numbers)

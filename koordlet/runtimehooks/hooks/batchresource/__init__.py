@@ -1,5 +1,8 @@
-"""``batchresource`` (Koordinator ``runtimehooks/hooks/batchresource``): a BE container's cgroup values
-from its batch resources, so a container created before any QoS round already has them.
+"""``batchresource`` (Koordinator ``runtimehooks/hooks/batchresource``): a BE pod's and its containers'
+cgroup values from their batch resources, so a pod or container created before any QoS round already has
+them.
+
+Per container (``PreCreateContainer``, ``PreUpdateContainerResources``):
 
 * ``cpu.shares`` = batch-cpu request (milli) x 1024 / 1000, clamped to [2, 262144] (kubelet's
   MilliCPUToShares);
@@ -7,13 +10,26 @@ from its batch resources, so a container created before any QoS round already ha
   limit;
 * ``memory.limit_in_bytes`` = batch-memory limit, when there is one.
 
-The batch resources come from the container spec when the runtime request carries them, else from the
-pod annotation ``node.koordinator.sh/extended-resource-spec``
+Per pod (``PreRunPodSandbox``, upstream ``SetPodResources``), over the containers that have batch
+resources:
+
+* ``cpu.shares`` from the sum of their batch-cpu requests (same conversion);
+* ``cpu.cfs_quota_us`` from the sum of their batch-cpu limits; -1 (unlimited) as soon as one of them has
+  no batch-cpu limit, since that container alone may use any CPU;
+* ``memory.limit_in_bytes`` = the sum of their batch-memory limits; -1 (unlimited) as soon as one has none.
+
+The batch resources come from the pod's container specs when they carry them (the reconciler's pods:
+kubelet's full spec), else from the pod annotation ``node.koordinator.sh/extended-resource-spec``
 (``{"containers": {"<name>": {"requests": {...}, "limits": {...}}}}``) that Koordinator's webhook writes,
-since CRI requests drop extended resources.  A container with no batch resource at all is left alone.
+since CRI requests drop extended resources.  A container with no batch resource at all is left alone and
+not counted in its pod's sums (upstream ``GetPodExtendedResources`` leaves it out of the spec); a pod
+none of whose containers has one is left alone.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from koordlet.apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, QoSClass
 from koordlet.apis.pod import Container, Pod, Resources, resources_from_json
@@ -21,11 +37,15 @@ from koordlet.errors import KoordletError, ParseError
 from koordlet.runtimehooks.framework import Hook, HookContext, Stage, load_json
 
 NAME = "batchresource"
-STAGES = frozenset({Stage.PRE_CREATE_CONTAINER, Stage.PRE_UPDATE_CONTAINER_RESOURCES})
+STAGES = frozenset({Stage.PRE_RUN_POD_SANDBOX, Stage.PRE_CREATE_CONTAINER, Stage.PRE_UPDATE_CONTAINER_RESOURCES})
 MIN_SHARES = 2
 MAX_SHARES = 262144
 CFS_PERIOD_US = 100_000
 MIN_QUOTA_US = 1000
+UNLIMITED = -1
+
+Batch = tuple[Resources, Resources]
+"""(requests, limits) of one container."""
 
 
 def shares(request_milli: int | None) -> int:
@@ -34,7 +54,7 @@ def shares(request_milli: int | None) -> int:
 
 def quota(limit_milli: int | None) -> int:
     if not limit_milli or limit_milli <= 0:
-        return -1
+        return UNLIMITED
     return max(MIN_QUOTA_US, limit_milli * CFS_PERIOD_US // 1000)
 
 
@@ -42,11 +62,9 @@ def _has_batch(res: Resources) -> bool:
     return res.batch_cpu_milli is not None or res.batch_memory_bytes is not None
 
 
-def batch_resources(pod: Pod, container: Container) -> tuple[Resources, Resources] | None:
-    """(requests, limits) of ``container``'s batch resources, or None when it has none; raises
-    :class:`KoordletError` naming the pod and the annotation when the annotation is garbage."""
-    if _has_batch(container.requests) or _has_batch(container.limits):
-        return container.requests, container.limits
+def _annotation_containers(pod: Pod) -> tuple[str, Mapping[str, Any]] | None:
+    """(where, the annotation's ``containers`` object), or None without the annotation; raises
+    :class:`KoordletError` naming the pod and the annotation when it is garbage."""
     raw = pod.annotations.get(ANNOTATION_EXTENDED_RESOURCE_SPEC)
     if not raw:
         return None
@@ -55,22 +73,88 @@ def batch_resources(pod: Pod, container: Container) -> tuple[Resources, Resource
     containers = spec.get("containers") if isinstance(spec, dict) else None
     if not isinstance(containers, dict):
         raise KoordletError(f"{where}: expected {{\"containers\": {{...}}}}")
-    entry = containers.get(container.name)
-    if entry is None:
-        return None
+    return where, containers
+
+
+def _entry_batch(where: str, name: str, entry: Any) -> Batch | None:
     if not isinstance(entry, dict):
-        raise KoordletError(f"{where}: containers.{container.name}: expected an object")
+        raise KoordletError(f"{where}: containers.{name}: expected an object")
     try:
-        requests = resources_from_json(entry.get("requests"), f"containers.{container.name}.requests")
-        limits = resources_from_json(entry.get("limits"), f"containers.{container.name}.limits")
+        requests = resources_from_json(entry.get("requests"), f"containers.{name}.requests")
+        limits = resources_from_json(entry.get("limits"), f"containers.{name}.limits")
     except ParseError as exc:
         raise KoordletError(f"{where}: {exc}") from None
     return (requests, limits) if _has_batch(requests) or _has_batch(limits) else None
 
 
+def batch_resources(pod: Pod, container: Container) -> Batch | None:
+    """(requests, limits) of ``container``'s batch resources, or None when it has none; raises
+    :class:`KoordletError` naming the pod and the annotation when the annotation is garbage."""
+    if _has_batch(container.requests) or _has_batch(container.limits):
+        return container.requests, container.limits
+    found = _annotation_containers(pod)
+    if found is None:
+        return None
+    where, containers = found
+    entry = containers.get(container.name)
+    return None if entry is None else _entry_batch(where, container.name, entry)
+
+
+def pod_batch_resources(pod: Pod) -> dict[str, Batch]:
+    """Container name -> (requests, limits) for every container of ``pod`` with batch resources: from the
+    container specs when any carries them (upstream prefers the pod spec), else from the annotation (every
+    entry checked); empty when there are none."""
+    from_spec = {c.name: (c.requests, c.limits) for c in pod.containers
+                 if _has_batch(c.requests) or _has_batch(c.limits)}
+    if from_spec:
+        return from_spec
+    found = _annotation_containers(pod)
+    if found is None:
+        return {}
+    where, containers = found
+    batches = {str(name): _entry_batch(where, str(name), entry) for name, entry in containers.items()}
+    return {name: batch for name, batch in batches.items() if batch is not None}
+
+
+def _sum_or_unlimited(values: Iterable[int | None]) -> int:
+    """The sum of positive values; -1 once one is missing or not positive (that container is unlimited,
+    so is the pod: upstream ``SetPodCFSQuota``/``SetPodMemoryLimit``)."""
+    total = 0
+    for value in values:
+        if value is None or value <= 0:
+            return UNLIMITED
+        total += value
+    return total if total > 0 else UNLIMITED
+
+
+def pod_values(batches: Mapping[str, Batch]) -> dict[str, int]:
+    """The pod cgroup's ``cpu_shares``, ``cpu_quota`` and ``memory_limit`` (-1 = unlimited) for the
+    containers' batch resources."""
+    requests = sum(r.batch_cpu_milli for r, _ in batches.values() if r.batch_cpu_milli and r.batch_cpu_milli > 0)
+    cpu_limit = _sum_or_unlimited(limits.batch_cpu_milli for _, limits in batches.values())
+    return {
+        "cpu_shares": shares(requests),
+        "cpu_quota": quota(cpu_limit),
+        "memory_limit": _sum_or_unlimited(limits.batch_memory_bytes for _, limits in batches.values()),
+    }
+
+
+def _run_pod(ctx: HookContext) -> None:
+    batches = pod_batch_resources(ctx.request.pod)
+    if not batches:
+        return
+    for name, value in pod_values(batches).items():
+        ctx.set(name, value)
+
+
 def run(ctx: HookContext) -> None:
     request = ctx.request
-    if request.container is None or request.qos is not QoSClass.BE:
+    if request.qos is not QoSClass.BE:
+        return
+    if request.stage is Stage.PRE_RUN_POD_SANDBOX:
+        _run_pod(ctx)
+        return
+    if request.container is None:
         return
     found = batch_resources(request.pod, request.container)
     if found is None:
@@ -83,4 +167,5 @@ def run(ctx: HookContext) -> None:
 
 
 def new() -> Hook:
-    return Hook(NAME, "BE container cpu.shares, cfs quota and memory limit from batch resources", STAGES, run)
+    return Hook(NAME, "BE pod and container cpu.shares, cfs quota and memory limit from batch resources", STAGES,
+                run)

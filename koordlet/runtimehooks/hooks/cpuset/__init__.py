@@ -3,9 +3,11 @@
 ``SetContainerCPUSet`` then ``rule.go`` ``getContainerCPUSet``):
 
 1. the ``cpuset`` of the pod annotation ``scheduling.koordinator.sh/resource-status`` (the scheduler
-   binds LSE/LSR pods this way).  Such a pod also gets ``cpu_quota`` = -1: upstream
-   ``UnsetContainerCPUQuota`` unsets the CFS quota of every pod whose resource-status cpuset is not
-   empty (``util.IsPodCfsQuotaNeedUnset``; koordinator#489, bound pods must not be throttled);
+   binds LSE/LSR pods this way).  Such a pod also gets ``cpu_quota`` = -1 on its containers and, at
+   ``PreRunPodSandbox``, on the pod cgroup: upstream ``UnsetContainerCPUQuota`` and ``UnsetPodCPUQuota``
+   unset the CFS quota of every pod whose resource-status cpuset is not empty
+   (``util.IsPodCfsQuotaNeedUnset``; koordinator#489, bound pods must not be throttled, and kubelet's
+   pod-level quota would throttle them as surely as the container's);
 2. the resource-status ``numaNodeResources``: the shared pools of those NUMA nodes, joined with ``,``;
 3. a pod labelled ``koordinator.sh/qosClass: LS``: every shared pool, joined with ``,``;
 4. a BestEffort pod (kube QoS BestEffort, or labelled BE): ``""``, i.e. the container inherits its
@@ -36,7 +38,7 @@ from koordlet.system.kubepaths import KubeQoS
 from koordlet.system.validators import parse_cpulist
 
 NAME = "cpuset"
-STAGES = frozenset({Stage.PRE_CREATE_CONTAINER, Stage.PRE_UPDATE_CONTAINER_RESOURCES})
+STAGES = frozenset({Stage.PRE_RUN_POD_SANDBOX, Stage.PRE_CREATE_CONTAINER, Stage.PRE_UPDATE_CONTAINER_RESOURCES})
 ANNOTATION_NODE_CPU_SHARED_POOLS = "node.koordinator.sh/cpu-shared-pools"
 UNSET_QUOTA = -1
 
@@ -157,6 +159,8 @@ class CpusetHook:
 
     def run(self, ctx: HookContext) -> None:
         if ctx.request.container is None:
+            if resource_status(ctx.request.pod).cpuset:
+                ctx.set("cpu_quota", UNSET_QUOTA)
             return
         value, unset_quota = self.cpuset(ctx.request.pod)
         if value is None:

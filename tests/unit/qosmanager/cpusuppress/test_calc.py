@@ -86,3 +86,40 @@ def test_cfs_quota_plan(milli: int, current: int, capacity: int, quota: int, tar
     plan = calc.cfs_quota_plan(milli, current, capacity)
     assert (plan.quota, plan.target, plan.skip, plan.stepped) == (quota, target, skip, stepped)
     assert plan.min_delta == capacity * 1000.0 and plan.max_increase == capacity * 10_000.0
+
+
+@pytest.mark.parametrize(
+    ("milli", "current", "parts", "quota", "target", "skip", "stepped"),
+    [
+        # Several BE cgroups: the plan works on their total, with a floor of 2000 us each.
+        (2200, 100_000, 2, 180_000, 220_000, False, True),  # stepped as for one cgroup
+        (-1300, 3000, 2, 4000, 4000, False, False),         # the floor is 2 x 2000: written, not skipped
+        (30, 5000, 3, 6000, 6000, False, False),            # 30 milli = 3000 us < 3 x 2000
+        (2200, 1000, 12, 81_000, 220_000, False, True),     # a total below the floors steps to at least them
+        (2200, 1000, 50, 100_000, 220_000, False, True),    # ... 50 x 2000 = 100000 > 1000 + 80000
+    ],
+)
+def test_cfs_quota_plan_over_several_cgroups(milli: int, current: int, parts: int, quota: int, target: int,
+                                             skip: bool, stepped: bool) -> None:
+    plan = calc.cfs_quota_plan(milli, current, 8, parts * calc.BE_MIN_QUOTA_US)
+    assert (plan.quota, plan.target, plan.skip, plan.stepped) == (quota, target, skip, stepped)
+
+
+@pytest.mark.parametrize(
+    ("total", "parts", "shares"),
+    [
+        (220_000, 1, [220_000]),
+        (220_000, 2, [110_000, 110_000]),
+        (220_000, 3, [73_334, 73_333, 73_333]),  # the remainder, 1 us each, to the first shares
+        (4000, 2, [2000, 2000]),
+        (7, 4, [2, 2, 2, 1]),
+    ],
+)
+def test_split_quota_adds_up_to_the_total(total: int, parts: int, shares: list[int]) -> None:
+    assert calc.split_quota(total, parts) == shares
+    assert sum(shares) == total and max(shares) - min(shares) <= 1
+
+
+def test_split_quota_needs_a_part() -> None:
+    with pytest.raises(ValueError, match="parts must be positive, got 0"):
+        calc.split_quota(1000, 0)

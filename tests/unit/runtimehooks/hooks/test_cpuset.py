@@ -71,11 +71,17 @@ def test_left_alone(p: Pod, pools: str | None) -> None:
     assert run(p, pools) == ({}, [])
 
 
-def test_pod_stage_is_not_a_cpuset_stage() -> None:
-    assert Stage.PRE_RUN_POD_SANDBOX not in cpuset.new().stages
-    p = pod("LSR", {"cpuset": "2"})
-    result = HookRunner([cpuset.new()]).run(HookRequest(Stage.PRE_RUN_POD_SANDBOX, p))
-    assert result.ran == [] and result.adjustment.empty()
+@pytest.mark.parametrize(("p", "expected"), [
+    (pod("LSR", {"cpuset": "2"}, KubeQoS.GUARANTEED), {"cpu_quota": -1}),  # upstream UnsetPodCPUQuota
+    (pod("LSE", {"cpuset": "0,4"}, KubeQoS.GUARANTEED), {"cpu_quota": -1}),
+    (pod("LS", {"numaNodeResources": [{"node": 1}]}), {}),  # shares a pool: kubelet's quota stays
+    (pod("LS"), {}),
+    (pod("BE", kube_qos=KubeQoS.BESTEFFORT), {}),
+])
+def test_pod_stage_unsets_the_quota_of_bound_pods_only(p: Pod, expected: dict[str, object]) -> None:
+    result = HookRunner([cpuset.new(lambda: POOLS)]).run(HookRequest(Stage.PRE_RUN_POD_SANDBOX, p))
+    assert result.ran == ["cpuset"] and result.errors == []
+    assert result.adjustment.values == expected
 
 
 @pytest.mark.parametrize(("raw", "message"), [

@@ -16,6 +16,8 @@ import pytest
 from koordlet.apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, LABEL_QOS
 from koordlet.apis.proto.runtime.v1alpha1 import api_pb2, api_pb2_grpc
 from koordlet.errors import ConfigError, KoordletError
+from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
+from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import FailurePolicy, Hook, HookContext, HookRunner, Stage
 from koordlet.runtimehooks.hooks import batchresource
 from koordlet.runtimehooks.hookserver import convert
@@ -135,6 +137,46 @@ def test_pod_sandbox_stages(stub: api_pb2_grpc.RuntimeHookServiceStub, rpc: str)
     assert dict(resp.annotations) == {"a": "1", "probe/seen": "ns/batch:u1:/kubepods/besteffort"}
     assert resp.cgroup_parent == "/kubepods/besteffort/pod-u1"
     assert resp.resources.cpu_shares == 2
+
+
+class Writes:
+    """The executor's ``apply``: records the updates, reports them written."""
+
+    def __init__(self) -> None:
+        self.updates: list[CgroupUpdate] = []
+
+    def __call__(self, updates: list[CgroupUpdate]) -> list[Result]:
+        self.updates += updates
+        return [Result(u, Outcome.WRITTEN) for u in updates]
+
+
+def test_pre_run_pod_sandbox_writes_the_be_pod_cgroup(tmp_path: Path) -> None:
+    """Containerd applies no sandbox resources to the pod cgroup kubelet made: the server writes the sums of
+    the annotation's batch resources there itself, and answers them too (memory unlimited is CRI's 0)."""
+    spec = {"containers": {
+        "a": {"requests": {"kubernetes.io/batch-cpu": "1k"},
+              "limits": {"kubernetes.io/batch-cpu": "2k", "kubernetes.io/batch-memory": "1Gi"}},
+        "b": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "500"}}}}
+    writes = Writes()
+    server = HookServer(HookRunner([batchresource.new()]), str(tmp_path / "k.sock"), None, applier=Applier(writes))
+    server.start()
+    try:
+        for stub in stub_for(server):
+            def request(labels: dict[str, str], parent: str) -> api_pb2.PodSandboxHookRequest:
+                return api_pb2.PodSandboxHookRequest(
+                    pod_meta=pod_meta(), labels=labels, cgroup_parent=parent,
+                    annotations={ANNOTATION_EXTENDED_RESOURCE_SPEC: json.dumps(spec)})
+            resp = stub.PreRunPodSandboxHook(request({LABEL_QOS: "BE"}, "/kubepods/besteffort/pod-u1"), timeout=5)
+            ls = stub.PreRunPodSandboxHook(request({LABEL_QOS: "LS"}, "/kubepods/burstable/pod-u2"), timeout=5)
+    finally:
+        server.stop()
+    assert sorted((u.resource, u.rel_dir, u.value, u.owner) for u in writes.updates) == [
+        ("cpu_cfs_quota", "kubepods/besteffort/pod-u1", 250_000, "runtimehooks/batchresource"),
+        ("cpu_shares", "kubepods/besteffort/pod-u1", 1536, "runtimehooks/batchresource"),
+        ("memory_limit", "kubepods/besteffort/pod-u1", -1, "runtimehooks/batchresource")]
+    res = resp.resources
+    assert (res.cpu_shares, res.cpu_quota, res.memory_limit_in_bytes) == (1536, 250_000, 0)
+    assert ls.resources == api_pb2.LinuxContainerResources()
 
 
 def test_failing_hook_under_ignore_still_answers(stub: api_pb2_grpc.RuntimeHookServiceStub) -> None:

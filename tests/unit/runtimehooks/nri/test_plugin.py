@@ -97,7 +97,8 @@ def test_registers_once_and_adjusts_a_be_container(socket_path: str) -> None:
     async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
         conn = await runtime.wait_ready()
         assert (conn.name, conn.idx) == ("koordlet_nri", "00")
-        assert conn.events == 1 << (api_pb2.CREATE_CONTAINER - 1) | 1 << (api_pb2.UPDATE_CONTAINER - 1)
+        assert conn.events == (1 << (api_pb2.RUN_POD_SANDBOX - 1) | 1 << (api_pb2.CREATE_CONTAINER - 1)
+                               | 1 << (api_pb2.UPDATE_CONTAINER - 1))
         answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
             pod=sandbox(), container=container()), api_pb2.CreateContainerResponse)
         resources = answer.adjust.linux.resources
@@ -150,6 +151,25 @@ def test_pod_event_writes_through_the_executor(socket_path: str) -> None:
     run(socket_path, scenario, [idle_hook()], writes=writes)
     assert [(u.resource, u.rel_dir, u.value, u.owner) for u in writes.updates] == [
         ("cpu_idle", "kubepods/besteffort/podu1", 1, "runtimehooks/idle")]
+
+
+def test_be_pod_event_writes_the_pod_cgroup_from_the_batch_resources(socket_path: str) -> None:
+    """RunPodSandbox under NRI is a notification: batchresource's pod values (500m request -> 512 shares,
+    1000m limit -> 100 ms quota, 256Mi) go into the pod cgroup through the executor."""
+    writes = Writes()
+
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        event = api_pb2.StateChangeEvent(event=api_pb2.RUN_POD_SANDBOX, pod=sandbox())
+        await runtime.call(conn, "StateChange", event, api_pb2.Empty)
+        ls = api_pb2.StateChangeEvent(event=api_pb2.RUN_POD_SANDBOX,
+                                      pod=sandbox("u2", qos="LS", parent="/kubepods/burstable/podu2"))
+        await runtime.call(conn, "StateChange", ls, api_pb2.Empty)
+    run(socket_path, scenario, writes=writes)
+    assert sorted((u.resource, u.rel_dir, u.value, u.owner) for u in writes.updates) == [
+        ("cpu_cfs_quota", "kubepods/besteffort/podu1", 100_000, "runtimehooks/batchresource"),
+        ("cpu_shares", "kubepods/besteffort/podu1", 512, "runtimehooks/batchresource"),
+        ("memory_limit", "kubepods/besteffort/podu1", 256 << 20, "runtimehooks/batchresource")]
 
 
 def test_reconnects_with_one_registration_per_connection(socket_path: str) -> None:

@@ -53,15 +53,17 @@ class WatchNodeSLORequest(_message.Message):
     def __init__(self, node_name: _Optional[str] = ..., last_generation: _Optional[int] = ..., last_instance: _Optional[str] = ...) -> None: ...
 
 class NodeSLOUpdate(_message.Message):
-    __slots__ = ("generation", "spec_json", "origin", "rendered_at_unix_ms", "instance")
+    __slots__ = ("generation", "spec_json", "origin", "rendered_at_unix_ms", "instance", "collect_policy_json")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     RENDERED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    COLLECT_POLICY_JSON_FIELD_NUMBER: _ClassVar[int]
     generation: int
     spec_json: bytes
     origin: str
     rendered_at_unix_ms: int
     instance: str
-    def __init__(self, generation: _Optional[int] = ..., spec_json: _Optional[bytes] = ..., origin: _Optional[str] = ..., rendered_at_unix_ms: _Optional[int] = ..., instance: _Optional[str] = ...) -> None: ...
+    collect_policy_json: bytes
+    def __init__(self, generation: _Optional[int] = ..., spec_json: _Optional[bytes] = ..., origin: _Optional[str] = ..., rendered_at_unix_ms: _Optional[int] = ..., instance: _Optional[str] = ..., collect_policy_json: _Optional[bytes] = ...) -> None: ...

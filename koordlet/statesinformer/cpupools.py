@@ -1,0 +1,234 @@
+"""The node's CPU shared pools (what Koordinator's statesinformer ``nodeTopo`` reports in the node
+annotation ``node.koordinator.sh/cpu-shared-pools``) and the CPUs kubelet's static CPU manager pinned.
+
+Upstream ``states_noderesourcetopology.go`` (``calcNodeTopo``, ``calKubeletAllocatedCPUs``,
+``calGuaranteedCpu``, ``calCPUSharePools``, ``covertCPUsToSharePool``): the LS shared pool of each NUMA node
+is its CPUs minus
+
+* the CPUs of every pod bound through ``scheduling.koordinator.sh/resource-status`` (LSE and LSR pods:
+  upstream removes any pod's bound cpuset from the LS pool);
+* the CPUs kubelet's static policy pinned to containers (``cpu_manager_state`` entries), except those of
+  pods Koordinator places itself: a pod labelled LS or BE, or one with a bound cpuset, gets its cpuset from
+  the cpuset hook whatever kubelet assigned it;
+* the node's reserved CPUs (kubelet ``reservedSystemCPUs``).  Upstream removes the CPUs of the
+  ``node.koordinator.sh/reservation`` annotation here; this node agent reads no Node object and takes
+  kubelet's reserved CPUs in its place, the CPUs cpusuppress already keeps BE off.
+
+The pools are a pure function of the node, the pod list, the reservation and the state file;
+:class:`CPUPools` recomputes them when one of those changed (a ``stat`` of the state file per call) and
+keeps the last good state file when the file turns to garbage, logging once what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from koordlet.apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_QOS, QoSClass, qos_from_label
+from koordlet.errors import KoordletError
+from koordlet.statesinformer.cpumanager import (
+    POLICY_STATIC,
+    STATE_FILE,
+    CPUManagerState,
+    KubeletCPUManager,
+    PinnedContainer,
+    parse_cpu_manager_state,
+)
+from koordlet.statesinformer.framework import PodMeta
+from koordlet.statesinformer.reservation import Reservation
+from koordlet.system.node import CpuTopology, NodeInfo
+from koordlet.system.validators import format_cpulist, parse_cpulist
+
+log = logging.getLogger(__name__)
+
+
+def bound_cpus(pod: PodMeta) -> tuple[int, ...]:
+    """The cpuset the pod's resource-status annotation binds it to; empty without one, and for garbage
+    (upstream skips such a pod; cpusuppress and the cpuset hook report it)."""
+    raw = pod.pod.annotations.get(ANNOTATION_RESOURCE_STATUS)
+    if not raw:
+        return ()
+    try:
+        status = json.loads(raw)
+        text = status.get("cpuset") if isinstance(status, dict) else None
+        return tuple(parse_cpulist(text)) if isinstance(text, str) else ()
+    except ValueError:
+        return ()
+
+
+def placed_by_koordinator(pod: PodMeta) -> bool:
+    """Upstream ``calGuaranteedCpu``'s managed pods: labelled LS or BE, or bound to a cpuset."""
+    label = qos_from_label(pod.pod.labels.get(LABEL_QOS))
+    return label in (QoSClass.LS, QoSClass.BE) or bool(bound_cpus(pod))
+
+
+def kubelet_pinned(state: CPUManagerState | None, pods: Iterable[PodMeta]) -> tuple[PinnedContainer, ...]:
+    """The state's exclusive assignments outside the pods Koordinator places, each with its container's
+    cgroup directory when the pod list knows it.  An entry of a pod not in the list still counts: kubelet
+    keeps the CPUs from its shared pool until it removes the entry."""
+    if state is None:
+        return ()
+    by_uid = {p.uid: p for p in pods}
+    pinned: list[PinnedContainer] = []
+    for entry in state.assignments:
+        pod = by_uid.get(entry.pod_uid)
+        if pod is not None and placed_by_koordinator(pod):
+            continue
+        cgroup_dir = ""
+        if pod is not None:
+            cgroup_dir = next((c.cgroup_dir for c in pod.containers if c.name == entry.container), "")
+        pinned.append(PinnedContainer(entry.pod_uid, entry.container, entry.cpus, cgroup_dir))
+    return tuple(pinned)
+
+
+def processors(node: NodeInfo) -> tuple[CpuTopology, ...]:
+    """The node's CPUs with topology; a node read without topology counts as one NUMA node."""
+    if node.cpus:
+        return node.cpus
+    return tuple(CpuTopology(cpu=c, core_id=c, socket_id=0, numa_node=0) for c in node.online_cpus)
+
+
+@dataclass(frozen=True)
+class SharedPool:
+    """One entry of ``node.koordinator.sh/cpu-shared-pools`` (upstream ``extension.CPUSharedPool``)."""
+
+    socket: int
+    node: int
+    cpus: tuple[int, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"socket": self.socket, "node": self.node, "cpuset": format_cpulist(self.cpus)}
+
+
+def shared_pools(node: NodeInfo, pods: Iterable[PodMeta], reserved: Iterable[int],
+                 pinned: Iterable[PinnedContainer]) -> list[SharedPool]:
+    """The LS shared pool of each NUMA node (see the module doc), ordered by (socket, node); a NUMA node
+    with no CPU left has no entry."""
+    taken = set(reserved)
+    for pod in pods:
+        taken.update(bound_cpus(pod))
+    for entry in pinned:
+        taken.update(entry.cpus)
+    by_node: dict[int, list[CpuTopology]] = {}
+    for proc in processors(node):
+        if proc.cpu not in taken:
+            by_node.setdefault(proc.numa_node, []).append(proc)
+    pools = [SharedPool(min(procs, key=lambda p: p.cpu).socket_id, numa, tuple(sorted(p.cpu for p in procs)))
+             for numa, procs in by_node.items()]
+    return sorted(pools, key=lambda p: (p.socket, p.node))
+
+
+def pools_annotation(pools: Sequence[SharedPool]) -> str:
+    """The annotation's JSON text: ``[{"socket":0,"node":0,"cpuset":"0-3"},...]``."""
+    return json.dumps([p.to_json() for p in pools], separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    manager: KubeletCPUManager
+    pools: str | None
+
+
+class CPUPools:
+    """The shared pools and kubelet's pinned CPUs over the informer's sources, recomputed when the pod
+    list (replaced, never mutated, so compared by identity), the reservation or the state file changed.
+
+    ``ready`` says whether the inputs are known (the first pod list and kubelet's ``/configz`` read):
+    before that, and while kubelet's static policy is in force but its state file was never read, the
+    pools are unknown (None) rather than a guess that may hand an LS container someone's exclusive CPUs."""
+
+    def __init__(self, state_path: str, node: Callable[[], NodeInfo], pods: Callable[[], Sequence[PodMeta]],
+                 reservation: Callable[[], Reservation], ready: Callable[[], bool]) -> None:
+        self.state_path = state_path
+        self._node = node
+        self._pods = pods
+        self._reservation = reservation
+        self._ready = ready
+        self._lock = threading.Lock()
+        self._key_pods: Sequence[PodMeta] | None = None
+        self._key: tuple[object, ...] | None = None
+        self._snapshot = _Snapshot(KubeletCPUManager(), None)
+        self._file_key: tuple[int, int, int] | None = None
+        self._state: CPUManagerState | None = None
+        """The last good checkpoint (None: never read, or the file does not exist)."""
+        self._state_error = ""
+
+    @classmethod
+    def under(cls, kubelet_root_dir: str, node: Callable[[], NodeInfo], pods: Callable[[], Sequence[PodMeta]],
+              reservation: Callable[[], Reservation], ready: Callable[[], bool]) -> CPUPools:
+        """Pools reading ``<kubelet_root_dir>/cpu_manager_state``."""
+        return cls(os.path.join(kubelet_root_dir, STATE_FILE), node, pods, reservation, ready)
+
+    def cpu_manager(self) -> KubeletCPUManager:
+        """kubelet's policy and the containers it pinned; never raises."""
+        return self._current().manager
+
+    def annotation(self) -> str | None:
+        """``node.koordinator.sh/cpu-shared-pools`` text, or None while the pools are unknown."""
+        return self._current().pools
+
+    def _current(self) -> _Snapshot:
+        pods = self._pods()
+        reservation = self._reservation()
+        ready = self._ready()
+        with self._lock:
+            file_key = self._stat()
+            key = (reservation, ready, file_key)
+            if self._key_pods is pods and self._key == key:
+                return self._snapshot
+            self._load(file_key, reservation.cpu_manager_policy)
+            static = reservation.cpu_manager_policy == POLICY_STATIC
+            pinned = kubelet_pinned(self._state, pods)
+            manager = KubeletCPUManager(reservation.cpu_manager_policy, pinned, self._state_error)
+            known = ready and not (static and self._state is None)
+            pools = pools_annotation(shared_pools(self._node(), pods, reservation.cpus, pinned)) if known else None
+            self._key_pods, self._key, self._snapshot = pods, key, _Snapshot(manager, pools)
+            return self._snapshot
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.state_path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return (-1, exc.errno or 0, 0)  # unreadable: _load reports it
+        # kubelet replaces the file by rename: a new inode even when mtime and size repeat.
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _load(self, file_key: tuple[int, int, int] | None, policy: str) -> None:
+        """Reads the state file when it changed since the last read; on failure keeps the last good state."""
+        if file_key is None:
+            # kubelet under the none policy may have no file; under static its absence hides the pins.
+            self._file_key = None
+            if policy == POLICY_STATIC:
+                self._fail(f"{self.state_path}: missing while kubelet's cpuManagerPolicy is static (is "
+                           "--var-lib-kubelet-dir kubelet's root directory as koordlet sees it?)")
+            else:
+                self._state, self._state_error = None, ""
+            return
+        if file_key == self._file_key:
+            return
+        self._file_key = file_key
+        try:
+            with open(self.state_path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            state = parse_cpu_manager_state(text, self.state_path)
+        except OSError as exc:
+            self._fail(f"{self.state_path}: cannot read: {exc.strerror or exc}")
+            return
+        except KoordletError as exc:
+            self._fail(str(exc))
+            return
+        if self._state_error:
+            log.info("kubelet cpu manager state readable again", extra={"path": self.state_path})
+        self._state, self._state_error = state, ""
+
+    def _fail(self, error: str) -> None:
+        if error != self._state_error:
+            log.error("cannot use kubelet's cpu manager state, keeping the last good one",
+                      extra={"error": error, "kept": self._state is not None})
+        self._state_error = error

@@ -1,0 +1,333 @@
+"""One Kubernetes node, every component a real process: containerd (1.7 with NRI, or 1.6 behind
+koord-runtime-proxy), koordlet in DaemonSet shape, koord-companion against the fake kube-apiserver, and the
+kubelet driver creating pods over CRI and serving ``/pods`` and ``/configz``.
+
+The pods a scenario creates go to both sides as in a cluster: the kubelet driver runs them, and the apiserver
+holds them bound to the node (Running, Ready) so the companion counts them.  An eviction the apiserver grants
+makes the kubelet driver kill the pod, as kubelet does when its pod is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import queue
+import secrets
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.e2e.harness import KoordletView, Proc, console_script, free_port, wait_for
+from tests.fixtures.containerd import Containerd, containerd17_binary_dir
+from tests.fixtures.fakeapiserver import FakeApiServer, make_configmap, make_node
+from tests.fixtures.fakekubelet import TlsFiles
+from tests.fixtures.kubeletdriver import KubeletDriver
+
+NODE_NAME = "e2e-node"
+CONFIG_NAMESPACE = "koordinator-system"
+CONFIG_NAME = "slo-controller-config"
+REPORT_INTERVAL_SECONDS = 30
+"""NodeMetric report interval set through colocation-config: Koordinator's floor (its default is 60 s)."""
+AGGREGATE_SECONDS = 60
+"""The NodeMetric average window: Koordinator's floor (its default is 300 s)."""
+START_SECONDS = 90.0
+GiB = 1 << 30
+MiB = 1 << 20
+
+BATCH_CPU = "kubernetes.io/batch-cpu"
+BATCH_MEMORY = "kubernetes.io/batch-memory"
+LABEL_QOS = "koordinator.sh/qosClass"
+EXTENDED_SPEC = "node.koordinator.sh/extended-resource-spec"
+RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
+
+
+def threshold_config(**overrides: Any) -> dict[str, Any]:
+    """``resource-threshold-config``: suppress by CFS quota (a 2-CPU host cannot shrink a cpuset below
+    Koordinator's 2-CPU floor) and memory eviction, all on."""
+    strategy = {"enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cfsQuota",
+                "memoryEvictThresholdPercent": 99, **overrides}
+    return {"clusterStrategy": strategy}
+
+
+def colocation_config() -> dict[str, Any]:
+    return {"enable": True, "metricAggregateDurationSeconds": AGGREGATE_SECONDS,
+            "metricReportIntervalSeconds": REPORT_INTERVAL_SECONDS, "cpuReclaimThresholdPercent": 60,
+            "memoryReclaimThresholdPercent": 65, "resourceDiffThreshold": 0.05}
+
+
+def mem_total_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no MemTotal in /proc/meminfo")
+
+
+def mem_available_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no MemAvailable in /proc/meminfo")
+
+
+def cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# ------------------------------------------------------------------------------------------------- pods
+
+BUSY = "while :; do :; done"
+GRACE_SECONDS = 2
+
+
+HOLD_CHUNK = 256 * MiB
+
+
+def hold_memory(nbytes: int) -> str:
+    """A shell snippet that keeps about ``nbytes`` resident: each dd fills its one block from /dev/zero
+    (touching every page), then blocks writing it into a pipe nobody reads; blocks of at most 256 MiB."""
+    chunks = max(1, -(-nbytes // HOLD_CHUNK))
+    block_mib = max(1, nbytes // chunks // MiB)
+    one = f"(dd if=/dev/zero bs={block_mib}M count=1 2>/dev/null | sleep 1000000)"
+    return f"for i in $(seq {chunks}); do {one} & done; wait"
+
+
+def container(name: str, script: str, requests: Mapping[str, str] | None = None,
+              limits: Mapping[str, str] | None = None) -> dict[str, Any]:
+    return {"name": name, "image": "koordlet.test/busybox:1", "command": ["/bin/sh", "-c", script],
+            "resources": {"requests": dict(requests or {}), "limits": dict(limits or {})}}
+
+
+def _batch_only(resources: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in resources.items() if k.startswith("kubernetes.io/batch-")}
+
+
+def pod_manifest(name: str, containers: list[dict[str, Any]], *, qos: str, priority_class: str, priority: int,
+                 labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None
+                 ) -> dict[str, Any]:
+    """A v1 Pod as it reaches the node after Koordinator's webhook: BE pods carry their batch resources in
+    ``node.koordinator.sh/extended-resource-spec`` too (CRI requests drop extended resources)."""
+    uid = f"e2e{secrets.token_hex(12)}"
+    meta_annotations = dict(annotations or {})
+    batch = {c["name"]: {kind: _batch_only(c["resources"][kind]) for kind in ("requests", "limits")}
+             for c in containers}
+    if any(v["requests"] or v["limits"] for v in batch.values()):
+        meta_annotations[EXTENDED_SPEC] = json.dumps({"containers": batch})
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid,
+                     "labels": {LABEL_QOS: qos, **dict(labels or {})}, "annotations": meta_annotations},
+        # busybox's shell as PID 1 ignores SIGTERM: a short grace keeps deletions from waiting 30 s for SIGKILL.
+        "spec": {"nodeName": NODE_NAME, "priorityClassName": priority_class, "priority": priority,
+                 "restartPolicy": "Always", "terminationGracePeriodSeconds": GRACE_SECONDS,
+                 "containers": containers},
+    }
+
+
+# ------------------------------------------------------------------------------------------------- node
+
+
+@dataclass
+class KubeNode:
+    variant: str
+    tmp: Path
+    prefix: str
+    containerd: Containerd
+    apiserver: FakeApiServer
+    kubelet: KubeletDriver
+    koordlet: Proc
+    companion: Proc
+    proxy: Proc | None
+    view: KoordletView
+    cri_socket: Path
+    kubepods_memory_limit: int
+    procs: list[Proc] = field(default_factory=list)
+    _deletions: queue.Queue[tuple[str, str] | None] = field(default_factory=queue.Queue)
+    deleted_at: dict[str, float] = field(default_factory=dict)
+    """pod name -> when the kubelet driver finished removing it after an eviction."""
+
+    # --- pods -------------------------------------------------------------------------------------------
+
+    def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Binds the pod in the apiserver, runs it through the kubelet driver, and marks it Running and Ready
+        in the apiserver once its containers run (what kubelet's status manager does)."""
+        stored = self.apiserver.seed(manifest | {"status": {"phase": "Pending"}})
+        snapshot = self.kubelet.create_pod(copy.deepcopy(manifest))
+        self.apiserver.seed(manifest | {"status": {"phase": "Running", "qosClass": snapshot.qos_class,
+                                                   "conditions": [{"type": "Ready", "status": "True"}]}})
+        return stored
+
+    def delete_pod(self, name: str) -> None:
+        self.apiserver.delete("pods", name, "default")
+        self.kubelet.delete_pod("default", name)
+
+    def has_pod(self, name: str) -> bool:
+        return any(p.name == name for p in self.kubelet.pods())
+
+    def pod_dir(self, name: str) -> str:
+        """The pod's cgroup directory relative to the hierarchy roots."""
+        return self.kubelet.pod("default", name).cgroup_parent.strip("/")
+
+    def container_dir(self, pod: str, container: str) -> str:
+        """The container's cgroup: its id below the pod's (runc's cgroupfs layout)."""
+        snapshot = self.kubelet.pod("default", pod)
+        return f"{snapshot.cgroup_parent.strip('/')}/{snapshot.container(container).container_id}"
+
+    @property
+    def be_dir(self) -> str:
+        return f"{self.prefix}/kubepods/besteffort"
+
+    # --- cluster config ---------------------------------------------------------------------------------
+
+    def set_thresholds(self, **overrides: Any) -> None:
+        self.apiserver.seed(make_configmap(CONFIG_NAME, CONFIG_NAMESPACE, {
+            "resource-threshold-config": json.dumps(threshold_config(**overrides)),
+            "colocation-config": json.dumps(colocation_config())}))
+
+    def node_allocatable(self) -> dict[str, str]:
+        node = self.apiserver.get("nodes", NODE_NAME) or {}
+        return dict((node.get("status") or {}).get("allocatable") or {})
+
+    def check_alive(self) -> None:
+        for proc in self.procs:
+            proc.check_alive()
+
+    # --- evictions --------------------------------------------------------------------------------------
+
+    def _on_eviction(self, namespace: str, name: str) -> None:
+        self._deletions.put((namespace, name))  # called under the apiserver's lock: the work is elsewhere
+
+    def _kill_evicted(self) -> None:
+        while (item := self._deletions.get()) is not None:
+            namespace, name = item
+            self.kubelet.delete_pod(namespace, name)
+            self.deleted_at[name] = time.time()
+
+
+def _koordlet_config(*, tmp: Path, kubelet: KubeletDriver, companion_port: int, metrics_port: int, variant: str,
+                     containerd: Containerd) -> dict[str, Any]:
+    """koordlet in DaemonSet shape: pods from the kubelet, NodeSLO and evictions through the companion."""
+    hooks: dict[str, Any] = {"reconcileIntervalSeconds": 2}
+    if variant == "nri":
+        hooks |= {"enableNri": True, "nriSocketPath": str(containerd.nri_socket), "enableServer": False}
+    else:
+        hooks |= {"enableNri": False, "enableServer": True, "serverSocket": str(tmp / "koordlet.sock"),
+                  "registrationDir": str(tmp / "hookserver.d")}
+    pointers = kubelet.koordlet_config()
+    return {
+        "nodeName": NODE_NAME, "stateDir": str(tmp / "koordlet-state"), "logLevel": "info",
+        "featureGates": {"BEMemoryEvict": True},
+        "host": pointers["host"],
+        "server": {"addr": f"127.0.0.1:{metrics_port}", "debugSocket": str(tmp / "koordlet-debug.sock")},
+        "kubelet": {**pointers["kubelet"], "syncIntervalSeconds": 1},
+        "collector": {"memoryIntervalSeconds": 1},
+        "qos": {"evictor": "api", "memoryEvictBase": "kubepods"},
+        "runtimeHooks": hooks,
+        "companion": {"address": f"127.0.0.1:{companion_port}"},
+    }
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def kube_node(variant: str, tls: TlsFiles) -> Iterator[KubeNode]:
+    """The node of ``variant`` (``nri``: containerd 1.7 with NRI; ``proxy``: kubelet -> koord-runtime-proxy ->
+    containerd 1.6), started in dependency order and stopped in reverse, each process by its PID."""
+    stack = contextlib.ExitStack()
+    with stack:
+        # Short: the NRI and CRI sockets live below it (sun_path is 108 bytes).
+        tmp = Path(tempfile.mkdtemp(prefix=f"ke2e-{variant}-"))
+        logs = tmp / "logs"
+        logs.mkdir()
+        prefix = f"koord-e2e-{secrets.token_hex(4)}"
+        containerd = Containerd(binary_dir=containerd17_binary_dir(), nri=True) if variant == "nri" else Containerd()
+        stack.enter_context(containerd)
+
+        apiserver = FakeApiServer(tls, tmp / "apiserver-token")
+        stack.callback(apiserver.stop)
+        cpus, memory = cpu_count(), mem_total_bytes()
+        procs: list[Proc] = []
+
+        def started(proc: Proc) -> Proc:
+            procs.append(proc.start())
+            stack.callback(proc.stop)
+            return proc
+
+        companion_port = free_port()
+        companion = started(Proc("koord-companion", [
+            *console_script("koord-companion"), "--grpc-addr", f"127.0.0.1:{companion_port}",
+            "--extender-addr", f"127.0.0.1:{free_port()}", "--metrics-addr", "", "--leader-elect", "false",
+            "--kube-api-server", apiserver.host, "--kube-token-file", str(apiserver.token_file),
+            "--kube-ca-file", apiserver.ca_file], logs))
+        cri_socket = containerd.socket
+        proxy: Proc | None = None
+        if variant == "proxy":
+            (tmp / "hookserver.d").mkdir()
+            cri_socket = tmp / "proxy.sock"
+            proxy = started(Proc("koord-runtime-proxy", [
+                *console_script("koord-runtime-proxy"), "--koord-runtimeproxy-endpoint", str(cri_socket),
+                "--remote-runtime-service-endpoint", str(containerd.socket),
+                "--remote-image-service-endpoint", str(containerd.socket),
+                "--runtime-hook-config-dir", str(tmp / "hookserver.d"),
+                "--checkpoint-path", str(tmp / "proxy-checkpoint.json")], logs))
+            wait_for("koord-runtime-proxy's socket", cri_socket.exists, 30, [proxy])
+
+        # kubelet sizes kubepods to the node's allocatable memory (capacity - reserved).  Reserving 40% keeps
+        # batch-memory positive (65% reclaimable minus the reservation) and lets the memory-eviction scenario
+        # work on amounts this host has (memory_evict_base kubepods).
+        kubepods_limit = min(memory * 6 // 10, mem_available_bytes() * 3 // 4) // MiB * MiB
+        kubelet = KubeletDriver(cri_socket, tls, cgroup_root_prefix=prefix, node_name=NODE_NAME,
+                                kubelet_config={"systemReserved": {"memory": str(memory - kubepods_limit)}})
+        stack.callback(kubelet.close)
+        apiserver.seed(make_node(NODE_NAME, capacity={"cpu": str(cpus), "memory": str(memory), "pods": "110"},
+                                 allocatable={"cpu": str(cpus), "memory": str(kubepods_limit), "pods": "110"}))
+
+        metrics_port = free_port()
+        config = _koordlet_config(tmp=tmp, kubelet=kubelet, companion_port=companion_port,
+                                  metrics_port=metrics_port, variant=variant, containerd=containerd)
+        (tmp / "koordlet.yaml").write_text(yaml.safe_dump(config))
+        koordlet = started(Proc("koordlet", [*console_script("koordlet"), "run", "--config",
+                                             str(tmp / "koordlet.yaml")], logs))
+        view = KoordletView(tmp / "koordlet-debug.sock", metrics_port)
+        node = KubeNode(variant=variant, tmp=tmp, prefix=prefix, containerd=containerd, apiserver=apiserver,
+                        kubelet=kubelet, koordlet=koordlet, companion=companion, proxy=proxy, view=view,
+                        cri_socket=cri_socket, kubepods_memory_limit=kubepods_limit, procs=procs)
+        node.set_thresholds()
+        wait_for("the companion's gRPC port", lambda: _listening(companion_port), START_SECONDS, procs)
+        wait_for("koordlet's components running", view.ready, START_SECONDS, procs)
+        wait_for("the companion's NodeSLO on the node",
+                 lambda: (view.slo()["spec"].get("resourceUsedThresholdWithBE") or {}).get("enable") is True,
+                 START_SECONDS, procs)
+        if variant == "nri":
+            wait_for("koordlet registered as an NRI plugin",
+                     lambda: "NRI plugin registered" in koordlet.log_path.read_text(errors="replace"),
+                     START_SECONDS, procs)
+        else:
+            wait_for("koordlet's hook-server registration",
+                     lambda: any((tmp / "hookserver.d").iterdir()), START_SECONDS, procs)
+
+        worker = threading.Thread(target=node._kill_evicted, name="e2e-evicted-pods", daemon=True)
+        worker.start()
+        apiserver.on_eviction(node._on_eviction)
+
+        def stop_worker() -> None:
+            node._deletions.put(None)
+            worker.join(30)
+
+        stack.callback(stop_worker)
+        yield node
+        for proc in procs:  # a component that died during the scenarios fails the run even if they passed
+            proc.check_alive()
