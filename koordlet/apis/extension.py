@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
 
 from koordlet.system.kubepaths import KubeQoS
+from koordlet.system.validators import parse_cpulist
 
 LABEL_QOS = "koordinator.sh/qosClass"
 LABEL_PRIORITY_CLASS = "koordinator.sh/priority-class"
@@ -91,3 +93,24 @@ def priority_class(priority: int | None, labels: Mapping[str, str] | None = None
         if low <= priority <= high:
             return band
     return PriorityClass.NONE
+
+
+def resource_status_cpus(annotations: Mapping[str, str]) -> list[int]:
+    """The CPUs the ``scheduling.koordinator.sh/resource-status`` annotation binds a pod to (empty without
+    one); raises ValueError naming what is wrong with the annotation."""
+    raw = annotations.get(ANNOTATION_RESOURCE_STATUS)
+    if not raw:
+        return []
+    try:
+        status = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS} is not JSON: {exc}") from None
+    if not isinstance(status, dict):
+        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS} is not a JSON object")
+    text = status.get("cpuset") or ""
+    if not isinstance(text, str):
+        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}.cpuset is not a string: {text!r}")
+    try:
+        return parse_cpulist(text)
+    except ValueError as exc:
+        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}.cpuset {text!r}: {exc}") from None

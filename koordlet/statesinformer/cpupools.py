@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from koordlet.apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_QOS, QoSClass, qos_from_label
+from koordlet.apis.extension import LABEL_QOS, QoSClass, qos_from_label, resource_status_cpus
 from koordlet.errors import KoordletError
 from koordlet.statesinformer.cpumanager import (
     POLICY_STATIC,
@@ -41,7 +41,7 @@ from koordlet.statesinformer.cpumanager import (
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.node import CpuTopology, NodeInfo
-from koordlet.system.validators import format_cpulist, parse_cpulist
+from koordlet.system.validators import format_cpulist
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,8 @@ log = logging.getLogger(__name__)
 def bound_cpus(pod: PodMeta) -> tuple[int, ...]:
     """The cpuset the pod's resource-status annotation binds it to; empty without one, and for garbage
     (upstream skips such a pod; cpusuppress and the cpuset hook report it)."""
-    raw = pod.pod.annotations.get(ANNOTATION_RESOURCE_STATUS)
-    if not raw:
-        return ()
     try:
-        status = json.loads(raw)
-        text = status.get("cpuset") if isinstance(status, dict) else None
-        return tuple(parse_cpulist(text)) if isinstance(text, str) else ()
+        return tuple(resource_status_cpus(pod.pod.annotations))
     except ValueError:
         return ()
 
@@ -85,13 +80,6 @@ def kubelet_pinned(state: CPUManagerState | None, pods: Iterable[PodMeta]) -> tu
     return tuple(pinned)
 
 
-def processors(node: NodeInfo) -> tuple[CpuTopology, ...]:
-    """The node's CPUs with topology; a node read without topology counts as one NUMA node."""
-    if node.cpus:
-        return node.cpus
-    return tuple(CpuTopology(cpu=c, core_id=c, socket_id=0, numa_node=0) for c in node.online_cpus)
-
-
 @dataclass(frozen=True)
 class SharedPool:
     """One entry of ``node.koordinator.sh/cpu-shared-pools`` (upstream ``extension.CPUSharedPool``)."""
@@ -114,7 +102,7 @@ def shared_pools(node: NodeInfo, pods: Iterable[PodMeta], reserved: Iterable[int
     for entry in pinned:
         taken.update(entry.cpus)
     by_node: dict[int, list[CpuTopology]] = {}
-    for proc in processors(node):
+    for proc in node.processors():
         if proc.cpu not in taken:
             by_node.setdefault(proc.numa_node, []).append(proc)
     pools = [SharedPool(min(procs, key=lambda p: p.cpu).socket_id, numa, tuple(sorted(p.cpu for p in procs)))

@@ -59,6 +59,13 @@ class NodeInfo:
         """Online logical CPUs."""
         return len(self.online_cpus)
 
+    def processors(self) -> tuple[CpuTopology, ...]:
+        """The online CPUs with topology; a node read without topology counts each CPU as its own core
+        on one socket and NUMA node."""
+        if self.cpus:
+            return self.cpus
+        return tuple(CpuTopology(cpu=c, core_id=c, socket_id=0, numa_node=0) for c in self.online_cpus)
+
     @property
     def core_count(self) -> int:
         """Physical cores among the online CPUs (distinct socket and core id)."""

@@ -14,6 +14,7 @@ import copy
 import json
 import queue
 import secrets
+import shutil
 import socket
 import tempfile
 import threading
@@ -250,6 +251,7 @@ def kube_node(variant: str, tls: TlsFiles) -> Iterator[KubeNode]:
     with stack:
         # Short: the NRI and CRI sockets live below it (sun_path is 108 bytes).
         tmp = Path(tempfile.mkdtemp(prefix=f"ke2e-{variant}-"))
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)  # a failure shows the logs' tails
         logs = tmp / "logs"
         logs.mkdir()
         prefix = f"koord-e2e-{secrets.token_hex(4)}"

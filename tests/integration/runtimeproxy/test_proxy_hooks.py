@@ -40,10 +40,8 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.layout import detect_layout
 from runtimeproxy.server import Proxy, ProxyOptions
 from tests.fixtures.containerd import (
-    CGROUP_ROOT,
     Containerd,
     CriClient,
-    cgroup_dir,
     container_cgroup_files,
     read_container_cgroup,
     read_container_cgroup_files,
@@ -163,28 +161,6 @@ def test_be_containers_land_with_the_hooked_values(rig: Rig, proxy: Proxy, cgrou
     assert proxy.store.pod(pod_id) is None
 
 
-def kubelet_pod_cgroup(containerd: Containerd, cgroup_parent: str, cgroup_version: int) -> None:
-    """The pod cgroup as kubelet makes it before RunPodSandbox, with a BestEffort pod's 2 shares: in the cpu
-    and memory hierarchies on v1; on v2 the one directory, each level enabling cpu and memory below it."""
-    containerd.track_cgroup_parent(cgroup_parent)  # first: it notes which ancestors this test makes
-    parts = cgroup_parent.strip("/").split("/")
-    for subsystem in ("cpu", "memory") if cgroup_version == 1 else ("cpu",):
-        base = CGROUP_ROOT / subsystem if cgroup_version == 1 else CGROUP_ROOT
-        for depth in range(1, len(parts) + 1):
-            target = base.joinpath(*parts[:depth])
-            if cgroup_version == 2:
-                control = target.parent / "cgroup.subtree_control"
-                missing = [c for c in ("cpu", "memory") if c not in control.read_text().split()]
-                if missing:
-                    control.write_text(" ".join(f"+{c}" for c in missing))
-            target.mkdir(exist_ok=True)
-    cpu = cgroup_dir(cgroup_parent, subsystem="cpu")
-    if cgroup_version == 1:
-        (cpu / "cpu.shares").write_text("2")
-    else:
-        (cpu / "cpu.weight").write_text("1")
-
-
 TWO_CONTAINERS = json.dumps({"containers": {
     "main": {"requests": {"kubernetes.io/batch-cpu": "500"},
              "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "256Mi"}},
@@ -198,7 +174,7 @@ def test_be_pod_cgroup_gets_the_sums_at_pre_run_pod_sandbox(rig: Rig, proxy: Pro
     client = through(rig)
     uid = unique_pod_uid()
     parent = f"/kubepods/besteffort/pod{uid}"
-    kubelet_pod_cgroup(rig.containerd, parent, cgroup_version)
+    rig.containerd.make_pod_cgroup(parent, cgroup_version)
     pod_id = client.run_pod("be-sums", uid, "default", parent, labels=BE_LABELS,
                             annotations={"node.koordinator.sh/extended-resource-spec": TWO_CONTAINERS})
     # Written before the proxy forwarded RunPodSandbox: 500m + 300m requested -> 800 x 1024 / 1000 = 819

@@ -9,24 +9,15 @@ of an LS thread, and goes round the NUMA node / socket buckets so no one node ca
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from koordlet.apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_QOS, QoSClass, qos_from_label
+from koordlet.apis.extension import LABEL_QOS, QoSClass, qos_from_label, resource_status_cpus
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.node import CpuTopology, NodeInfo
-from koordlet.system.validators import parse_cpulist
 
 log = logging.getLogger(__name__)
-
-
-def processors(node: NodeInfo) -> tuple[CpuTopology, ...]:
-    """The node's CPUs with topology; a node read without topology counts each CPU as its own core."""
-    if node.cpus:
-        return node.cpus
-    return tuple(CpuTopology(cpu=c, core_id=c, socket_id=0, numa_node=0) for c in node.online_cpus)
 
 
 @dataclass(frozen=True)
@@ -50,22 +41,7 @@ class Pools:
 def pod_cpuset(pod: PodMeta) -> list[int]:
     """The CPUs ``scheduling.koordinator.sh/resource-status`` binds the pod to (empty without one);
     raises ValueError naming what is wrong with the annotation."""
-    raw = pod.pod.annotations.get(ANNOTATION_RESOURCE_STATUS)
-    if not raw:
-        return []
-    try:
-        status = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS} is not JSON: {exc}") from None
-    if not isinstance(status, dict):
-        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS} is not a JSON object")
-    text = status.get("cpuset") or ""
-    if not isinstance(text, str):
-        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}.cpuset is not a string: {text!r}")
-    try:
-        return parse_cpulist(text)
-    except ValueError as exc:
-        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}.cpuset {text!r}: {exc}") from None
+    return resource_status_cpus(pod.pod.annotations)
 
 
 def split_pools(node: NodeInfo, pods: Iterable[PodMeta], reserved: Iterable[int]) -> Pools:
@@ -88,7 +64,7 @@ def split_pools(node: NodeInfo, pods: Iterable[PodMeta], reserved: Iterable[int]
     excluded = set(reserved)
     lsr: list[CpuTopology] = []
     others: list[CpuTopology] = []
-    for proc in processors(node):
+    for proc in node.processors():
         if proc.cpu in excluded:
             continue
         pool = owner.get(proc.cpu)

@@ -23,7 +23,7 @@ from koordlet.errors import KoordletError
 from koordlet.qosmanager import helpers
 from koordlet.qosmanager.framework import Decision, Options
 from koordlet.qosmanager.plugins.cpusuppress import calc
-from koordlet.qosmanager.plugins.cpusuppress.cpuset_policy import Pools, choose, processors, split_pools
+from koordlet.qosmanager.plugins.cpusuppress.cpuset_policy import Pools, choose, split_pools
 from koordlet.qosmanager.plugins.cpusuppress.kubelet_policy import static_updates, without_pinned
 from koordlet.qosmanager.plugins.cpusuppress.targets import Targets, be_targets, non_be
 from koordlet.resourceexecutor import CgroupUpdate, Result
@@ -134,7 +134,7 @@ class CPUSuppress:
         if static and self._static_cpus is not None:
             current = self._static_cpus
         current_size = len(current) or len(allowed)
-        node_cpus = len(processors(self.options.informer.node()))
+        node_cpus = len(self.options.informer.node().processors())
         count = calc.cpuset_count(suppress.milli, self.options.config.be_min_cpuset_cpus, current_size, node_cpus,
                                   len(allowed))
         cpus = choose(count.cpus, pools)

@@ -78,8 +78,8 @@ def resource_status(pod: Pod) -> ResourceStatus:
     """The pod's resource-status annotation (empty without one); raises :class:`KoordletError` naming
     the pod and the annotation when it is garbage.
 
-    Duplicates the reading in ``qosmanager/plugins/cpusuppress/cpuset_policy.pod_cpuset`` on purpose:
-    a hook must not import a sibling subsystem's plugin, and this one also reads ``numaNodeResources``."""
+    Reads more than ``apis.extension.resource_status_cpus`` (which cpusuppress and the pools use): the
+    ``numaNodeResources`` too, and errors as :class:`KoordletError` naming the pod."""
     raw = pod.annotations.get(ANNOTATION_RESOURCE_STATUS)
     if not raw:
         return ResourceStatus()
