@@ -178,17 +178,17 @@ class ResourceExecutor:
     def _quota_root(self) -> str:
         return os.path.dirname(REGISTRY[cfsquota.RESOURCE].path(self._layout, ""))
 
-    def quota_bound(self, parent_rel_dir: str) -> bool:
-        """Whether a CFS quota written below ``parent_rel_dir`` is checked against a limit above it (cgroup
-        v1 with a limited group at or above it, :mod:`.cfsquota`), so that a value fitting now may be refused
-        after this executor lowers that limit; False on v2, which never refuses a child's quota."""
+    def quota_limited_above(self, rel_dir: str) -> bool:
+        """Whether a group above ``rel_dir`` holds a CFS quota on cgroup v1, where the kernel checks every
+        quota below it against that limit (:mod:`.cfsquota`); False on v2, which never refuses a child's."""
         if not self._v1_quota:
             return False
         try:
-            quota_file = REGISTRY[cfsquota.RESOURCE].path(self._layout, clean_rel_dir(parent_rel_dir))
+            quota_file = REGISTRY[cfsquota.RESOURCE].path(self._layout, clean_rel_dir(rel_dir))
         except (Unsupported, ValueError):
             return False
-        return cfsquota.binding_limit(os.path.dirname(quota_file), self._quota_root(), self._read_quietly) is not None
+        above = os.path.dirname(os.path.dirname(quota_file))
+        return cfsquota.binding_limit(above, self._quota_root(), self._read_quietly) is not None
 
     def _apply_locked(self, batch: list[CgroupUpdate]) -> list[Result]:
         now = self._clock()

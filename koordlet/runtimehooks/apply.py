@@ -70,8 +70,8 @@ def container_rel_dir(request: HookRequest) -> str:
 
 
 QuotaBound = Callable[[str], bool]
-"""pod rel_dir -> whether a container quota there is checked against a limit koordlet may lower meanwhile (the
-executor's ``quota_bound``: cgroup v1 with a limited pod or QoS group)."""
+"""pod rel_dir -> whether a group above the pod holds a CFS quota the kernel checks the pod's subtree against
+(the executor's ``quota_limited_above``: cgroup v1 with a limited QoS group)."""
 
 
 class Applier:
@@ -87,11 +87,12 @@ class Applier:
         """Leaves a container's CFS quota to the reconciler where the runtime's write could fail.
 
         On cgroup v1 a quota above an ancestor's is refused with EINVAL, and the runtime's refusal fails
-        the whole container.  A BE container's batch-cpu quota sits below its pod's and the BE QoS group's,
-        which cpusuppress lowers every round: a value that fits when the hook answers may not fit when runc
-        writes it a moment later.  So the answer leaves the quota out (the container starts bounded by its
-        pod's limit) and the reconciler writes it through the executor, which fits it to the ancestors
-        under the same lock as cpusuppress's writes."""
+        the whole container.  A BE container's batch-cpu quota sits below its pod's, which fits it, and the
+        BE QoS group's, which cpusuppress (cfsQuota policy) lowers every round: a value that fits when the
+        hook answers may not fit when runc writes it a moment later.  So while a group above the pod holds a
+        quota, the answer leaves the quota out (the container starts bounded by its pod's limit) and the
+        reconciler writes it through the executor, which fits it to the ancestors under the same lock as
+        cpusuppress's writes; otherwise the runtime sets it at creation, as upstream does."""
         quota = adjustment.values.get("cpu_quota")
         if (self._quota_bound is None or request.container is None or not isinstance(quota, int)
                 or isinstance(quota, bool) or quota <= 0 or not request.pod_cgroup_parent):

@@ -294,7 +294,7 @@ def test_child_quota_above_the_parents(real_cgroups: RealCgroups, tmp_path: Path
     (result,) = ex.apply([upd("cpu_cfs_quota", real_cgroups.name + "/child", 50_000)])
     assert result.outcome is Outcome.WRITTEN, result.error
     if real_cgroups.version == 1:
-        assert result.update.value == 10_000 and "capped at the parent's" in result.update.owner
+        assert result.update.value == 10_000 and "capped at an ancestor's" in result.update.owner
         assert real_cgroups.cpu_quota("child") == (10_000, 100_000)
         # Once the parent grows, the child's own value goes through.
         real_cgroups.set_cpu_quota("", 200_000)
@@ -302,6 +302,9 @@ def test_child_quota_above_the_parents(real_cgroups: RealCgroups, tmp_path: Path
         assert real_cgroups.cpu_quota("child") == (50_000, 100_000)
     else:
         assert real_cgroups.cpu_quota("child") == (50_000, 100_000)
+    # What a runtime creating a grandchild is told: a group above it holds a quota (v1 only).
+    assert ex.quota_limited_above(real_cgroups.name + "/child/pod") == (real_cgroups.version == 1)
+    assert not ex.quota_limited_above(real_cgroups.name)
 
 
 def test_lowering_a_parent_below_its_children(real_cgroups: RealCgroups, tmp_path: Path) -> None:
