@@ -253,10 +253,13 @@ class ProxyProcess:
         self.proc = None
 
 
-def retry(call: Callable[..., Any], *args: Any, timeout: float = 30.0, **kwargs: Any) -> Any:
+def retry(call: Callable[..., Any], *args: Any, timeout: float = 30.0, call_timeout: float | None = None,
+          **kwargs: Any) -> Any:
     """Kubelet retries a CRI call that failed because the proxy was restarting: UNAVAILABLE while it is down,
     CANCELLED for a call in flight when a SIGTERM'd proxy's gRPC server stopped."""
     deadline = time.monotonic() + timeout
+    if call_timeout is not None:  # the gRPC deadline of each attempt (``timeout`` is retry's own)
+        kwargs["timeout"] = call_timeout
     while True:
         try:
             return call(*args, **kwargs)
@@ -280,6 +283,21 @@ def create_or_adopt(call: Callable[..., str], *args: Any, **kwargs: Any) -> str:
         if found is None:
             raise
         return found.group(1)
+
+
+def run_ready_pod(client: CriClient, *args: Any) -> str:
+    """RunPodSandbox, adopting the sandbox a first attempt made before the proxy died when it is ready; a
+    sandbox whose creation was cut off (containerd cancels it: not ready, no process) is removed and made
+    again, as kubelet does."""
+    for _ in range(5):
+        pod_id = create_or_adopt(client.run_pod, *args)
+        status = retry(client.runtime.PodSandboxStatus, cri.PodSandboxStatusRequest(pod_sandbox_id=pod_id),
+                       timeout=30.0, call_timeout=client.timeout)
+        if status.status.state == cri.SANDBOX_READY:
+            return pod_id
+        retry(client.stop_pod, pod_id)
+        retry(client.remove_pod, pod_id)
+    raise AssertionError(f"no ready sandbox for {args!r} after 5 attempts")
 
 
 def settled(client: CriClient, container_id: str) -> int | None:
@@ -330,8 +348,7 @@ def test_proxy_restarts_during_pod_churn_lose_no_pod(rig: Rig) -> None:
                 uid = unique_pod_uid()
                 parent = f"/kubepods/besteffort/pod{uid}"
                 rig.containerd.track_cgroup_parent(parent)
-                pod_id = create_or_adopt(client.run_pod, "churn", uid, "default", parent, labels=BE_LABELS,
-                                         annotations=BE_ANNOTATIONS)
+                pod_id = run_ready_pod(client, "churn", uid, "default", parent, BE_LABELS, BE_ANNOTATIONS)
                 made.append(uid)
                 config = client.pod_sandbox_config("churn", uid, "default", parent, BE_LABELS, BE_ANNOTATIONS)
                 start_container(client, pod_id, config)
