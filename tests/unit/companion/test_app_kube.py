@@ -119,8 +119,9 @@ def test_a_configmap_edit_reaches_the_koordlet(cluster: Any, companion: Companio
         wait_until("the refusal", lambda: "resource-threshold-config" in companion.controller.errors)
         assert "cpuSuppressThresholdPercent" in companion.controller.errors["resource-threshold-config"]
         assert threshold(holder) == 70, "the last good NodeSLO stays"
-        nodeslo = wait_until("the NodeSLO object", lambda: cluster.get("nodeslos", "node-1"))
-        assert nodeslo["spec"]["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] == 70
+        # The object is written after the push to the koordlet: wait for that write, not just for the object.
+        wait_until("the NodeSLO object with 70", lambda: (o := cluster.get("nodeslos", "node-1")) is not None
+                   and o["spec"]["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] == 70)
     finally:
         source.stop(5)
 
