@@ -77,7 +77,14 @@ def test_native_matches_reference_on_real_files(real_cgroups: RealCgroups, budge
     for slot, path, kind, keys in slots:
         expected = ref.read_file(path, int(kind), keys)
         assert result.error(slot) == expected.err == 0, path
-        assert result.value(slot) == native.read_file(path, kind, keys), path
+        again = native.read_file(path, kind, keys)
+        if path.name == "cpu.stat":
+            # The kernel's counters can move between two reads (v2 flushes its per-CPU stats lazily, even for
+            # a cgroup without tasks): the same keys, each value no smaller.
+            first = result.value(slot)
+            assert first.keys() == again.keys() and all(again[k] >= v for k, v in first.items()), path
+        else:
+            assert result.value(slot) == again, path
         raw = ref.parse(int(kind), keys, path.read_bytes())
         assert native.parse_result(int(kind), " ".join(keys) if keys else None, path.read_bytes())[3] == raw.v
     quota = result.value(slots[1 if real_cgroups.version == 2 else 2][0])
