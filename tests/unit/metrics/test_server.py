@@ -149,13 +149,15 @@ def test_component_start_stop(metrics: KoordletMetrics) -> None:
     server = MetricsServer(metrics.routes, "127.0.0.1:0")
     component: Component = server  # checked by mypy: the daemon can own it
     assert component.name == "metrics-server"
-    server.start(lambda exc: None)
+    failures: list[BaseException] = []
+    server.start(failures.append)
     try:
         with pytest.raises(RuntimeError, match="already started"):
-            server.start(lambda exc: None)
+            server.start(failures.append)
         assert get(server, "/healthz")[0] == 200
     finally:
         server.stop(5.0)
+    assert failures == [], "the server reported a failure while serving"
 
 
 def test_all_interfaces_address(metrics: KoordletMetrics) -> None:
