@@ -17,7 +17,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -36,8 +35,11 @@ M = TypeVar("M", bound=Message)
 
 CHECKPOINT_VERSION = 1
 REBUILD_CALL_TIMEOUT_SECONDS = 10.0
-PERSIST_DELAY_SECONDS = 0.1
 """Deadline of each CRI call :meth:`Store.rebuild` makes to the backend."""
+PERSIST_DELAY_SECONDS = 0.1
+"""A burst of changes within this time is written once."""
+WRITE_RETRY_SECONDS = 5.0
+"""After a failed checkpoint write (a full disk), the next try comes this much later."""
 BAD_SUFFIX = ".bad"
 VERBOSE_INFO_KEY = "info"
 """containerd puts its verbose status under this key of ``info``: a JSON object whose ``config`` is the
@@ -93,48 +95,57 @@ def _convert(source: Message, target: M) -> M:
 class Store:
     """Pod sandbox and container hook requests by runtime id; thread-safe; persisted to ``path`` if set."""
 
-    def __init__(self, path: str | None, persist_delay_seconds: float = PERSIST_DELAY_SECONDS) -> None:
+    def __init__(self, path: str | None, persist_delay_seconds: float = PERSIST_DELAY_SECONDS,
+                 write_retry_seconds: float = WRITE_RETRY_SECONDS) -> None:
         self.path = path
         self._lock = threading.RLock()
         self._pods: dict[str, hookapi.PodSandboxHookRequest] = {}
         self._containers: dict[str, tuple[str, hookapi.ContainerResourceHookRequest]] = {}
         self._delay = persist_delay_seconds
+        self._retry = write_retry_seconds
         self._dirty = threading.Event()
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._write_lock = threading.Lock()
         self._writer: threading.Thread | None = None
+        self.failed_writes = 0
+        """Checkpoint writes that failed since the last one that succeeded."""
 
     # -- persistence --
 
     def load(self) -> None:
         """Replace the in-memory state with the checkpoint file's.
 
-        A missing file is an empty store. An unusable one is logged (file and reason), copied to
-        ``<path>.bad`` for inspection, and the store starts empty: :meth:`rebuild` recovers the rest.
+        A missing file is an empty store. An unusable one (garbage, truncated, another version) is logged
+        with the file and the reason, renamed to ``<path>.bad`` for inspection (a rename needs no space on a
+        full disk), and the store starts empty; so does one that cannot be read at all.  :meth:`rebuild`
+        recovers the rest from the backend.
         """
         if self.path is None:
             return
         with self._lock:
+            self._pods, self._containers = {}, {}
             try:
                 with open(self.path, "rb") as f:
                     raw = f.read()
             except FileNotFoundError:
-                self._pods, self._containers = {}, {}
+                return
+            except OSError as error:
+                log.error("runtime proxy store: cannot read checkpoint %s (%s); starting empty, the backend's "
+                          "pods and containers are rebuilt from it", self.path, error.strerror or error)
                 return
             try:
-                pods, containers = _decode(raw)
+                self._pods, self._containers = _decode(raw)
             except CheckpointError as error:
                 bad = self.path + BAD_SUFFIX
                 try:
-                    shutil.copyfile(self.path, bad)
-                    kept = f"a copy is in {bad}"
-                except OSError as copy_error:
-                    kept = f"could not copy it to {bad}: {copy_error}"
-                log.error("runtime proxy store: checkpoint %s is unusable (%s); starting empty, %s",
-                          self.path, error, kept)
-                pods, containers = {}, {}
-            self._pods, self._containers = pods, containers
+                    os.replace(self.path, bad)
+                    kept = f"moved to {bad}"
+                except OSError as move_error:
+                    kept = f"could not move it to {bad}: {move_error.strerror or move_error}"
+                log.error("runtime proxy store: checkpoint %s is unusable (%s, %d bytes); dropped it and starting "
+                          "empty (%s), the backend's pods and containers are rebuilt from it", self.path, error,
+                          len(raw), kept)
 
     def _persist(self) -> None:
         """Marks the checkpoint stale (called under the lock).  The file is written by a background writer
@@ -154,15 +165,20 @@ class Store:
             self._wake.wait()
             self._wake.clear()
             self._closing.wait(self._delay)  # coalesce a burst of changes into one write
-            self.flush()
+            if not self.flush():
+                # A full or failing disk: try again even if nothing changes, so the file catches up once the
+                # disk recovers rather than at the next pod change.
+                self._closing.wait(self._retry)
+                self._wake.set()
 
-    def flush(self) -> None:
-        """Writes the checkpoint now if anything changed since the last write."""
+    def flush(self) -> bool:
+        """Writes the checkpoint now if anything changed since the last write; False when the write failed
+        (logged once per streak of failures, and once when a write succeeds again)."""
         if self.path is None:
-            return
+            return True
         with self._write_lock:
             if not self._dirty.is_set():
-                return
+                return True
             with self._lock:
                 self._dirty.clear()
                 pods, containers = dict(self._pods), dict(self._containers)  # stored messages are never mutated
@@ -170,7 +186,16 @@ class Store:
                 self._write(pods, containers)
             except OSError as error:
                 self._dirty.set()
-                log.error("runtime proxy store: cannot write checkpoint %s: %s", self.path, error)
+                self.failed_writes += 1
+                if self.failed_writes == 1:
+                    log.error("runtime proxy store: cannot write checkpoint %s: %s; keeping the changes in memory "
+                              "and retrying every %g s", self.path, error.strerror or error, self._retry)
+                return False
+            if self.failed_writes:
+                log.info("runtime proxy store: checkpoint %s written again after %d failed writes", self.path,
+                         self.failed_writes)
+                self.failed_writes = 0
+            return True
 
     def close(self) -> None:
         """Stops the writer after a last write."""

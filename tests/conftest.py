@@ -5,6 +5,8 @@
   root; under ``CI=true`` any skip of an integration test - at collection, setup or call - is turned
   into a failure that names the reason, because CI must exercise the real host.
 - ``bench``: a benchmark (``tests/bench/``); run by ``tox -e bench``, never by the default suite.
+- ``failures`` (``tests/fixtures/failures.py``): the failure callbacks of the components a test starts; a
+  component thread that dies fails the test.
 - ``shared_dir``: the project's shared reference material beside the repository (``../shared``),
   required under CI, optional elsewhere.
 """
@@ -21,7 +23,11 @@ import pytest
 
 pytest_plugins = [
     "tests.fixtures.fakehost", "tests.fixtures.realcgroup", "tests.fixtures.fakekubelet", "tests.fixtures.containerd",
-    "tests.fixtures.fakeapiserver", "tests.fixtures.kubeletdriver",
+    "tests.fixtures.fakeapiserver", "tests.fixtures.kubeletdriver", "tests.fixtures.cpuhog", "tests.fixtures.failures",
+    "tests.fixtures.isolation",
+    # pytester runs a test session inside a test (tests/unit/test_failures_fixture.py); loading it only adds
+    # its fixture and two options nobody passes.
+    "pytester",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -176,6 +182,15 @@ def pytest_make_collect_report(
     return report
 
 
+def shared_path() -> Path:
+    """Where the shared reference material is expected, whether or not it is there.
+
+    For collection only (a parametrize list read from a shared file, which must cope with its absence);
+    a test reaches the material through ``shared_dir``, which skips or fails when it is missing.
+    """
+    return (REPO_ROOT / ".." / "shared").resolve()
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     """The project's shared reference material, ``../shared`` beside the repository.
@@ -183,7 +198,7 @@ def shared_dir() -> Path:
     Compatibility tests read Koordinator samples from it.  Outside CI a checkout may lack it and the
     test skips; under ``CI=true`` it must be there and its absence fails the test.
     """
-    path = (REPO_ROOT / ".." / "shared").resolve()
+    path = shared_path()
     if not path.is_dir():
         message = f"shared reference material not found at {path} (../shared beside the repository)"
         if in_ci():

@@ -49,6 +49,8 @@ class Pod:
     ips: tuple[str, ...] = ()
     """The pod's own addresses (``status.podIPs``, else ``status.podIP``), canonical text; empty for a
     host-network pod, whose "pod IP" is the node's and would put all host traffic in the pod's class."""
+    deletion_timestamp: str = ""
+    """Set once the pod is being deleted (an eviction granted, a delete): kubelet is stopping it."""
 
     @property
     def qos(self) -> QoSClass:
@@ -72,6 +74,10 @@ class Pod:
     @property
     def terminated(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.deletion_timestamp)
 
 
 def resources_from_json(spec: Any, where: str) -> Resources:
@@ -202,6 +208,7 @@ def pod_from_json(obj: Any) -> Pod:
         containers=tuple(containers),
         node_name=str(spec.get("nodeName") or ""),
         creation_timestamp=str(meta.get("creationTimestamp") or ""),
+        deletion_timestamp=str(meta.get("deletionTimestamp") or ""),
         priority_class_name=str(spec.get("priorityClassName") or ""),
         ips=_pod_ips(spec, status, where),
     )

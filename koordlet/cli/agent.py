@@ -20,7 +20,7 @@ from koordlet.config import gates
 from koordlet.config.types import Config, QoSManagerConfig, split_list
 from koordlet.debugapi import contract
 from koordlet.debugapi.server import DebugServer, DebugSources, HostCgroups
-from koordlet.errors import ConfigError
+from koordlet.errors import ConfigError, KoordletError
 from koordlet.metriccache import CacheSettings, MetricCache, names
 from koordlet.metriccache.component import MetricCacheComponent
 from koordlet.metrics import KoordletMetrics
@@ -57,7 +57,7 @@ from koordlet.statesinformer.pleg import Pleg
 from koordlet.statesinformer.podsource import KubeletPodSource
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import DriverGuess, detect_driver
-from koordlet.system.layout import detect_layout
+from koordlet.system.layout import CgroupLayout, detect_layout
 from koordlet.system.node import NodeInfo
 from koordlet.system.probes import ProbeResult
 from koordlet.version import __version__
@@ -188,7 +188,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
 
         slo_source.append(CompanionNodeSLOSource(
             client, qos.holder, cache_path,
-            on_policy=companion_sink.offer_policy if companion_sink is not None else None))
+            on_policy=companion_sink.offer_policy if companion_sink is not None else None,
+            on_reconnect=reporter.report_now))
 
     components: list[Component] = [MetricCacheComponent(cache, config.metric_cache.flush_interval_seconds), informer]
     if not config.standalone:
@@ -267,7 +268,19 @@ def build_runtime_hooks(config: Config, layout: Any, informer: StatesInformer, q
     applier = Applier(executor.apply, executor.quota_limited_above)
     oom_score = oomscore.for_cgroups(lambda rel_dir: options.reader.read("cgroup_procs", rel_dir),
                                      oomscore.OomScoreWriter(layout.paths.proc_root, audit))
-    return RuntimeHooks(hooks_config, runner, applier, informer, metrics.runtime_hooks, oom_score)
+    return RuntimeHooks(hooks_config, runner, applier, informer, metrics.runtime_hooks, oom_score,
+                        incarnation=lambda rel_dir: cgroup_incarnation(layout, rel_dir),
+                        forget=executor.forget_cgroup)
+
+
+def cgroup_incarnation(layout: CgroupLayout, rel_dir: str) -> int | None:
+    """Identity of cgroup ``rel_dir``'s directory in the cpu hierarchy (inode and creation time: kernfs may
+    reuse an inode number); None when it does not exist."""
+    try:
+        st = os.stat(layout.controller_dir("cpu", rel_dir))
+    except (OSError, KoordletError):
+        return None
+    return (st.st_ino << 64) | st.st_ctime_ns
 
 
 def resctrl_executor(paths: HostPaths, audit: AuditLog, metrics: KoordletMetrics, force_update_seconds: float

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from koordlet.metricsadvisor.framework import Collector, FileGroup, Options
+from koordlet.streaklog import Streak
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class MetricsAdvisor:
                 collector.setup(options, group.files)
         self._pods: object = None
         self._errors: dict[tuple[str, str], int] = {}
+        self._streaks: dict[tuple[str, str], Streak] = {}
+        """(collector, method) -> its failure streak."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.ticks = 0
@@ -76,15 +79,21 @@ class MetricsAdvisor:
         return max(0.0, min(g.next_due for g in self._groups.values()) - self._monotonic()) if self._groups else 1.0
 
     def _guard(self, collector: Collector, call: Callable[..., None], *args: Any) -> None:
+        # One log line per streak of the same failure of a collector (and one when it works again), then a
+        # count: a broken collector must neither stop the others nor flood the log every tick.
+        name = getattr(call, "__name__", "call")
+        streak = self._streaks.get((collector.name, name))
+        if streak is None:
+            streak = self._streaks[(collector.name, name)] = Streak(log, self._monotonic)
         try:
             call(*args)
         except Exception as exc:
-            # One log line per distinct failure of a collector, then a count: a broken collector must
-            # neither stop the others nor flood the log every tick.
             key = (collector.name, type(exc).__name__)
             self._errors[key] = self._errors.get(key, 0) + 1
-            if self._errors[key] == 1:
-                log.exception("collector failed", extra={"collector": collector.name})
+            streak.fail(type(exc).__name__, "collector failed", level=logging.ERROR, exc_info=True,
+                        extra={"collector": collector.name, "call": name})
+        else:
+            streak.ok("collector works again", extra={"collector": collector.name, "call": name})
 
     @property
     def errors(self) -> dict[tuple[str, str], int]:

@@ -24,9 +24,13 @@ from koordlet.config.types import WorkloadConfig
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.resourceexecutor.audit import AuditEntry, Auditor
 from koordlet.statesinformer.framework import PodMeta
+from koordlet.streaklog import Streak
 from koordlet.system.layout import CgroupLayout
 
 log = logging.getLogger(__name__)
+
+FAILING_PODS_KEPT = 1024
+"""Failure streaks remembered at most (one per pod whose eviction keeps failing)."""
 
 EVICTION_HISTORY = 256
 """Eviction attempts kept in memory for the debug API (``/v1/evictions``)."""
@@ -191,6 +195,10 @@ class Evictions:
         self._lock = threading.Lock()
         self._pending: dict[str, Pending] = {}
         self._recent: collections.deque[EvictionAttempt] = collections.deque(maxlen=history)
+        self._failing: dict[str, Streak] = {}
+        """Pod UID -> its streak of failed evictions: a strategy retries a failed eviction every round (a
+        PodDisruptionBudget may block it for minutes), logged when the streak starts and when it ends.
+        Bounded by :data:`FAILING_PODS_KEPT`."""
 
     def evict(self, pod: PodMeta, reason: str, message: str) -> bool:
         """Launches the eviction of ``pod``; False (logged, audited) when the backend failed.  A pod
@@ -201,15 +209,27 @@ class Evictions:
         try:
             self.backend.evict(pod, reason, message)
         except (EvictionFailed, OSError) as exc:
-            log.error("eviction of pod %s (%s) failed: %s", pod.pod.key, reason, exc)
+            self._failure_streak(pod.uid).fail(type(exc).__name__, "eviction of pod %s (%s) failed: %s", pod.pod.key,
+                                               reason, exc, level=logging.ERROR)
             self._record(pod, reason, message, "failed", str(exc))
             return False
+        streak = self._failing.pop(pod.uid, None)
+        if streak is not None:
+            streak.ok("eviction of pod %s (%s) launched after failing", pod.pod.key, reason)
         with self._lock:
             self._pending[pod.uid] = Pending(pod.uid, pod.pod.key, reason, self._clock())
         self._record(pod, reason, message, "evicted" if self.backend.name != "dry-run" else "dry-run", None)
         if self._on_evicted is not None:
             self._on_evicted(reason, pod)
         return True
+
+    def _failure_streak(self, uid: str) -> Streak:
+        streak = self._failing.get(uid)
+        if streak is None:
+            if len(self._failing) >= FAILING_PODS_KEPT:  # pods that went while failing: start afresh
+                self._failing.clear()
+            streak = self._failing[uid] = Streak(log, self._clock)
+        return streak
 
     def _record(self, pod: PodMeta, reason: str, message: str, outcome: str, error: str | None) -> None:
         shown = message if error is None else f"{message}; failed: {error}"
@@ -222,14 +242,17 @@ class Evictions:
                                           owner=f"evictor:{self.backend.name}", outcome=outcome, error=error))
 
     def pending(self, pods: Iterable[PodMeta]) -> set[str]:
-        """UIDs of pods whose eviction was launched and that are still present (and not terminated);
-        forgets pods that are gone or whose eviction is older than the pending timeout."""
+        """UIDs of pods whose eviction was launched and that are still present (and not terminated), and of
+        pods kubelet is deleting (``deletionTimestamp``): a koordlet restarted in the middle of an eviction
+        has forgotten it, and must not evict another pod for the memory the first is about to release.
+        Forgets pods that are gone or whose eviction is older than the pending timeout."""
         now = self._clock()
-        present = {p.uid for p in pods if not p.pod.terminated}
+        listed = [p for p in pods if not p.pod.terminated]
+        present = {p.uid for p in listed}
         with self._lock:
             for uid in [u for u, p in self._pending.items() if u not in present or now - p.at > self._timeout]:
                 del self._pending[uid]
-            return set(self._pending)
+            return set(self._pending) | {p.uid for p in listed if p.pod.deleting}
 
     def recent(self, limit: int) -> list[EvictionAttempt]:
         """The newest ``limit`` attempts, oldest first."""

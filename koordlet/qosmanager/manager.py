@@ -11,18 +11,20 @@ from collections.abc import Callable, Sequence
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.qosmanager.framework import Decision, Options, Strategy
 from koordlet.qosmanager.nodeslo import FileNodeSLOSource, NodeSLOHolder
+from koordlet.streaklog import Streak
 
 log = logging.getLogger(__name__)
 
 
 class _Slot:
-    __slots__ = ("last_error", "next_due", "strategy", "was_enabled")
+    __slots__ = ("errors", "next_due", "strategy", "was_enabled")
 
-    def __init__(self, strategy: Strategy) -> None:
+    def __init__(self, strategy: Strategy, clock: Callable[[], float]) -> None:
         self.strategy = strategy
         self.next_due = 0.0
         self.was_enabled = False
-        self.last_error: str | None = None
+        self.errors = Streak(log, clock)
+        """A strategy raising every round is logged once per exception type, and once when it stops."""
 
 
 class QoSManager:
@@ -36,7 +38,7 @@ class QoSManager:
         self.holder = holder
         self.source = source
         self._monotonic = monotonic or time.monotonic
-        self._slots = [_Slot(s) for s in strategies]
+        self._slots = [_Slot(s, options.clock) for s in strategies]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.rounds = 0
@@ -80,14 +82,12 @@ class QoSManager:
             # One last round with enabled=False lets a strategy undo what it did (recover BE's cpuset).
             decision = strategy.run_once(spec, enabled)
             slot.was_enabled = enabled
-            slot.last_error = None
+            slot.errors.ok("QoS strategy %s runs again", strategy.name)
         except Exception as exc:
             ok = False
-            text = f"{type(exc).__name__}: {exc}"
-            if text != slot.last_error:
-                log.exception("QoS strategy %s failed", strategy.name)
-            slot.last_error = text
-            decision = Decision(strategy.name, self.options.clock(), "error", text)
+            slot.errors.fail(type(exc).__name__, "QoS strategy %s failed", strategy.name, level=logging.ERROR,
+                             exc_info=True)
+            decision = Decision(strategy.name, self.options.clock(), "error", f"{type(exc).__name__}: {exc}")
         self.options.decisions.record(decision)
         self.options.metrics.strategy_run(strategy.name, time.perf_counter() - started, ok)
 

@@ -38,6 +38,7 @@ from koordlet.resourceexecutor.audit import AuditEntry, Auditor
 from koordlet.resourceexecutor.leveled import MERGE, bottom_up, top_down_parents
 from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
 from koordlet.resourceexecutor.writer import CgroupWriter, FileWriter
+from koordlet.streaklog import Streak
 from koordlet.system.cgroupfile import CgroupFile
 from koordlet.system.layout import CgroupLayout, clean_rel_dir
 from koordlet.system.resources import REGISTRY
@@ -138,10 +139,11 @@ class ResourceExecutor:
         self._lock = threading.Lock()
         self._cache: dict[str, _Written] = {}
         self._refused: dict[str, _Refused] = {}
-        self._logged: dict[str, str] = {}
+        self._logged: dict[str, Streak] = {}
+        """path (or resource key for unresolved updates) -> its streak of failures: logged when it starts,
+        when the kind of failure changes and when a write succeeds again, not for every value refused."""
         self._prepared: dict[tuple[str, str, type, object], _Prepared] = {}
         """(resource, rel_dir, value type, value) -> the update resolved and validated once."""
-        """path (or resource key for unresolved updates) -> the last error logged for it."""
         self._next_prune = clock() + force_update_seconds
 
     # ------------------------------------------------------------------------------------------- public
@@ -259,15 +261,28 @@ class ResourceExecutor:
         """Drops what the executor remembers (last written values, refused values) for ``path`` and the
         files below it, or for everything; the next apply writes again.  For callers that know a file
         was changed behind the executor's back."""
+        # The failure streaks stay: a caller that forgets a file every round (it drifted) while its write
+        # keeps failing must not make the failure logged every round.
         with self._lock:
             if path is None:
                 self._cache.clear()
                 self._refused.clear()
-                self._logged.clear()
                 return
-            for table in (self._cache, self._refused, self._logged):
+            for table in (self._cache, self._refused):
                 for key in [k for k in table if k == path or k.startswith(path.rstrip("/") + "/")]:
                     del table[key]
+
+    def forget_cgroup(self, rel_dir: str) -> None:
+        """Forgets cgroup ``rel_dir`` (and what is below it) in every hierarchy: it was removed and made again
+        under the same name (a pod's cgroup recreated), so it holds the runtime's values, not the ones written
+        to the directory before it."""
+        rel = clean_rel_dir(rel_dir)
+        if not rel:
+            return  # never the whole hierarchy
+        layout = self._layout
+        roots = [layout.unified_root] if layout.controller_version == 2 else list(layout.v1_mounts.values())
+        for root in {os.path.join(r, rel) for r in roots if r}:
+            self.forget(root)
 
     # ------------------------------------------------------------------------------------------ phases
 
@@ -315,7 +330,7 @@ class ResourceExecutor:
             if outcome is Outcome.GONE:
                 self._drop_below(os.path.dirname(p.path))
             message = f"{from_errno(code, 'read ' + p.path)} (before a leveled write)"
-            return self._unwritable(p.update, outcome, p.path, p.text, message, p.path)
+            return self._unwritable(p.update, outcome, p.path, p.text, message, p.path, code)
         merged = MERGE[p.key](current, p.canonical)
         if merged is None:
             return None
@@ -343,8 +358,9 @@ class ResourceExecutor:
             elapsed = time.perf_counter() - started
             self._cache[p.path] = _Written(text, now)
             self._refused.pop(p.path, None)
-            if self._logged.pop(p.path, None) is not None:
-                log.info("cgroup write succeeds again", extra={"path": p.path, "value": text})
+            streak = self._logged.pop(p.path, None)
+            if streak is not None:
+                streak.ok("cgroup write succeeds again", extra={"path": p.path, "value": text})
             result = Result(p.update, Outcome.WRITTEN, p.path, text)
         if self._metrics is not None:
             self._metrics.observe(p.key, result.outcome is Outcome.WRITTEN, elapsed)
@@ -380,7 +396,7 @@ class ResourceExecutor:
             if code == errno.ENOENT:
                 message = f"{p.path}: file absent although its cgroup exists (kernel lacks it)"
             self._refused[p.path] = _Refused(None if any_value else text, now + self._retry_seconds, message)
-        self._log_once(p.path, message)
+        self._log_once(p.path, _failure_kind(outcome, code), message)
         return Result(p.update, outcome, p.path, text, message)
 
     # ------------------------------------------------------------------------------------------ helpers
@@ -396,17 +412,18 @@ class ResourceExecutor:
         return Outcome.FAILED
 
     def _unwritable(
-        self, update: CgroupUpdate, outcome: Outcome, path: str | None, text: str | None, error: str, log_key: str
+        self, update: CgroupUpdate, outcome: Outcome, path: str | None, text: str | None, error: str, log_key: str,
+        code: int | None = None,
     ) -> Result:
         if outcome is not Outcome.GONE:
-            self._log_once(log_key, error)
+            self._log_once(log_key, _failure_kind(outcome, code), error)
         return Result(update, outcome, path, text, error)
 
-    def _log_once(self, key: str, message: str) -> None:
-        if self._logged.get(key) == message:
-            return
-        self._logged[key] = message
-        log.warning("cgroup update not applied", extra={"path": key, "error": message})
+    def _log_once(self, key: str, kind: str, message: str) -> None:
+        streak = self._logged.get(key)
+        if streak is None:
+            streak = self._logged[key] = Streak(log, self._clock)
+        streak.fail(kind, "cgroup update not applied", extra={"path": key, "error": message})
 
     def _read_quietly(self, path: str) -> str | None:
         try:
@@ -429,3 +446,9 @@ class ResourceExecutor:
             del self._cache[path]
         for path in [k for k, v in self._refused.items() if now >= v.until]:
             del self._refused[path]
+
+
+def _failure_kind(outcome: Outcome, code: int | None) -> str:
+    """What a failure's log streak is keyed on: the outcome and errno, never the value (a quota refused
+    round after round is refused with a new value each time)."""
+    return outcome.value if code is None else f"{outcome.value}:{errno.errorcode.get(code, str(code))}"

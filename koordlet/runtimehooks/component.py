@@ -39,11 +39,12 @@ class RuntimeHooks:
 
     def __init__(self, config: RuntimeHooksConfig, runner: HookRunner, applier: Applier,
                  informer: StatesInformer, metrics: ReconcileMetricsSink | None = None,
-                 oom_score: OomScoreApply | None = None) -> None:
+                 oom_score: OomScoreApply | None = None, incarnation: Callable[[str], int | None] | None = None,
+                 forget: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.runner = runner
         self.reconciler = Reconciler(runner, applier, informer, interval_seconds=config.reconcile_interval_seconds,
-                                     metrics=metrics, oom_score=oom_score)
+                                     metrics=metrics, oom_score=oom_score, incarnation=incarnation, forget=forget)
         self.server: HookServer | None = None
         if config.enable_server:
             # gRPC is loaded only for the server: a node on NRI alone keeps ~15 MiB of RSS.

@@ -47,9 +47,15 @@ class Reconciler:
 
     def __init__(self, runner: HookRunner, applier: Applier, informer: StatesInformer, *,
                  interval_seconds: float = DEFAULT_INTERVAL_SECONDS, metrics: ReconcileMetricsSink | None = None,
-                 oom_score: OomScoreApply | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+                 oom_score: OomScoreApply | None = None, clock: Callable[[], float] = time.perf_counter,
+                 incarnation: Callable[[str], int | None] | None = None,
+                 forget: Callable[[str], None] | None = None) -> None:
         """``oom_score(container rel_dir, value, owner) -> problems`` sets ``oom_score_adj`` of the running
-        processes of a container (the runtimes set it only at creation); None: not applied."""
+        processes of a container (the runtimes set it only at creation); None: not applied.
+        ``incarnation(pod rel_dir)`` identifies the pod's cgroup directory (its inode; None when missing) and
+        ``forget(rel_dir)`` drops what the executor remembers of it: a pod cgroup removed and made again under the
+        same name (kubelet retrying a pod whose sandbox failed, a runtime restart) holds the runtime's values,
+        which the executor would otherwise take for the ones it wrote and skip for its force-update window."""
         self._runner = runner
         self._applier = applier
         self._informer = informer
@@ -57,6 +63,10 @@ class Reconciler:
         self._metrics: ReconcileMetricsSink = metrics or NullReconcileMetrics()
         self._oom_score = oom_score
         self._clock = clock
+        self._incarnation = incarnation
+        self._forget = forget
+        self._incarnations: dict[str, int] = {}
+        """pod cgroup dir -> the directory's identity when the last round applied to it."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -90,14 +100,35 @@ class Reconciler:
 
     def reconcile(self, pods: Sequence[PodMeta]) -> None:
         seen: set[str] = set()
+        dirs: set[str] = set()
         for meta in pods:
             if meta.pod.terminated or not meta.cgroup_dir:
                 continue
             seen.add(meta.pod.key)
+            dirs.add(meta.cgroup_dir)
+            self._check_incarnation(meta.cgroup_dir)
             self._pod(meta)
         for key in set(self._failing) - seen:
             del self._failing[key]
+        for rel_dir in set(self._incarnations) - dirs:
+            del self._incarnations[rel_dir]
         self.rounds += 1
+
+    def _check_incarnation(self, rel_dir: str) -> None:
+        if self._incarnation is None:
+            return
+        now = self._incarnation(rel_dir)
+        before = self._incarnations.get(rel_dir)
+        if now is None:
+            self._incarnations.pop(rel_dir, None)
+            return
+        if before != now and self._forget is not None:
+            # First sight too: the hooks may have written to an earlier directory of that name before this
+            # loop ever saw it (NRI at sandbox creation, then kubelet retried the pod).
+            if before is not None:
+                log.info("pod cgroup made again; its values are written anew", extra={"cgroup": rel_dir})
+            self._forget(rel_dir)
+        self._incarnations[rel_dir] = now
 
     def _pod(self, meta: PodMeta) -> None:
         pod = meta.pod

@@ -45,6 +45,8 @@ JITTER: Final = 0.2
 """Each backoff is scaled by a random factor in [1 - JITTER, 1 + JITTER]."""
 STOP_GRACE_SECONDS: Final = 2.0
 PERSIST_FORMAT: Final = 1
+BAD_SUFFIX: Final = ".bad"
+"""An unusable persisted NodeSLO is renamed to its path plus this, for inspection."""
 
 KEEPALIVE_TIME_MS: Final = 30_000
 """Ping the companion every 30 s even with no call in flight (the watch is idle for hours) ..."""
@@ -251,11 +253,15 @@ class CompanionNodeSLOSource:
                  initial_backoff_seconds: float = INITIAL_BACKOFF_SECONDS,
                  max_backoff_seconds: float = MAX_BACKOFF_SECONDS,
                  rng: Callable[[], float] = random.random,
-                 on_policy: Callable[[bytes], None] | None = None) -> None:
+                 on_policy: Callable[[bytes], None] | None = None,
+                 on_reconnect: Callable[[], None] | None = None) -> None:
         """``on_policy`` receives the NodeMetric collect policy each update carries (the report sink's
-        ``offer_policy``), so the first report already runs on the companion's cadence."""
+        ``offer_policy``), so the first report already runs on the companion's cadence.  ``on_reconnect`` is
+        called when a watch is established again after the first (the NodeMetric runner's ``report_now``): a
+        companion that restarted has no figures of this node until the next report, up to an interval away."""
         self._client = client
         self._on_policy = on_policy
+        self._on_reconnect = on_reconnect
         self._holder = holder
         self.persist_path = Path(persist_path)
         self._initial_backoff = initial_backoff_seconds
@@ -280,18 +286,28 @@ class CompanionNodeSLOSource:
 
     def load_persisted(self) -> bool:
         """Offers the persisted spec to the holder; True when one was found and accepted.  A missing file is
-        normal (first start); an unreadable or malformed one is logged and ignored."""
+        normal (first start).  One that cannot be read is logged and ignored; one whose content is unusable
+        (garbage, truncated, another format) is logged, moved to ``<path>.bad`` for inspection and ignored.
+        Either way the holder keeps the spec it has (the defaults at start) until the companion sends one."""
+        path = str(self.persist_path)
         try:
-            document = json.loads(self.persist_path.read_text(encoding="utf-8"))
+            raw = self.persist_path.read_bytes()
         except FileNotFoundError:
             return False
-        except (OSError, ValueError) as exc:
-            log.warning("persisted NodeSLO unreadable, ignored", extra={"path": str(self.persist_path),
-                                                                      "error": str(exc)})
+        except OSError as exc:
+            log.warning("persisted NodeSLO unreadable, ignored until the companion sends one",
+                        extra={"path": path, "error": exc.strerror or str(exc)})
             return False
-        if (not isinstance(document, Mapping) or document.get("format") != PERSIST_FORMAT
-                or not isinstance(document.get("generation"), int) or not isinstance(document.get("spec"), Mapping)):
-            log.warning("persisted NodeSLO malformed, ignored", extra={"path": str(self.persist_path)})
+        try:
+            document = _decode_persisted(raw)
+        except ValueError as exc:
+            bad = f"{path}{BAD_SUFFIX}"
+            try:
+                os.replace(path, bad)  # a rename needs no space on a full disk
+            except OSError as move_error:
+                bad = f"not moved: {move_error.strerror or move_error}"
+            log.warning("persisted NodeSLO unusable, dropped until the companion sends one",
+                        extra={"path": path, "error": str(exc), "bytes": len(raw), "moved_to": bad})
             return False
         origin = f"companion:{document.get('origin') or self._client.target} (persisted)"
         if not self._holder.offer_spec(document["spec"], origin):
@@ -300,8 +316,7 @@ class CompanionNodeSLOSource:
         instance = document.get("instance")
         self.last_instance = instance if isinstance(instance, str) else ""
         self._persisted = (document["generation"], self.last_instance, document["spec"])
-        log.info("NodeSLO loaded from the persisted copy", extra={"path": str(self.persist_path),
-                                                                   "generation": self.last_generation})
+        log.info("NodeSLO loaded from the persisted copy", extra={"path": path, "generation": self.last_generation})
         return True
 
     def _persist(self, update: Any, spec: Any) -> None:
@@ -330,6 +345,8 @@ class CompanionNodeSLOSource:
                             extra={"path": str(self.persist_path), "error": exc.strerror or str(exc)})
             self._persist_failing = True
             return
+        if self._persist_failing:
+            log.info("NodeSLO persisted again", extra={"path": str(self.persist_path), "generation": update.generation})
         self._persist_failing = False
         self._persisted = (update.generation, update.instance, spec)
 
@@ -421,6 +438,8 @@ class CompanionNodeSLOSource:
                 self.connected = True
                 log.info("watching NodeSLO on the companion", extra={"target": self._client.target,
                                                                      "generation": self.last_generation})
+                if self.connects > 1 and self._on_reconnect is not None:
+                    self._on_reconnect()
             for update in call:
                 self.apply(update)
             return connected, None
@@ -430,6 +449,23 @@ class CompanionNodeSLOSource:
             with self._lock:
                 self._call = None
             self.connected = False
+
+
+def _decode_persisted(raw: bytes) -> Mapping[str, Any]:
+    """The persisted document in ``raw``; ValueError naming what is wrong with it."""
+    try:
+        document = json.loads(raw)
+    except ValueError as exc:  # UnicodeDecodeError is one too
+        raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(document, Mapping):
+        raise ValueError(f"must hold a JSON object, got {type(document).__name__}")
+    if document.get("format") != PERSIST_FORMAT:
+        raise ValueError(f"format: expected {PERSIST_FORMAT}, got {document.get('format')!r}")
+    if not isinstance(document.get("generation"), int):
+        raise ValueError(f"generation: must be an integer, got {document.get('generation')!r}")
+    if not isinstance(document.get("spec"), Mapping):
+        raise ValueError(f"spec: must be an object, got {type(document.get('spec')).__name__}")
+    return document
 
 
 def _fsync_directory(directory: Path) -> None:

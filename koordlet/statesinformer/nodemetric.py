@@ -330,7 +330,9 @@ class NodeMetricRunner:
         self._recorder = recorder
         self._stop = threading.Event()
         self._wake = threading.Event()
-        """Set by stop() and by a policy whose interval changed."""
+        """Set by stop(), by a policy whose interval changed and by report_now()."""
+        self._now = threading.Event()
+        """Set by report_now(): the next round runs at once instead of on its slot."""
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._rounds = 0
@@ -347,6 +349,12 @@ class NodeMetricRunner:
         self._policy = policy
         if changed:
             self._wake.set()
+
+    def report_now(self) -> None:
+        """Runs a round at once (off the cadence, which stays): a companion that comes back after reports
+        were lost gets the node's figures now rather than up to one interval later."""
+        self._now.set()
+        self._wake.set()
 
     @property
     def rounds(self) -> int:
@@ -404,6 +412,10 @@ class NodeMetricRunner:
                 if self._wake.is_set():  # a new interval: the next report is due within it
                     self._wake.clear()
                     next_due = min(next_due, self._monotonic() + self._policy.report_interval_seconds)
+                    if self._now.is_set():
+                        self._now.clear()
+                        self._round()
+                        continue
                     if self._monotonic() < next_due:
                         continue
                 self._round()

@@ -104,11 +104,17 @@ def main(argv: list[str] | None = None) -> int:
             code = busy if i % 4 == 0 else "import signal; signal.pause()"
             procs.append(spawn(prefix, rel, code))
         config = workdir / "koordlet.yaml"
+        # Private state, sockets, kubelet dir and CRI endpoint (tests/fixtures/isolation.py's private_settings,
+        # which needs pytest): the benchmark never meets the host's own agent.
         config.write_text(json.dumps({
             "stateDir": str(workdir / "state"),
             "logFormat": "json",
             "server": {"addr": "127.0.0.1:0", "debugSocket": ""},
-            "host": {"cgroupKubeParent": prefix},
+            "host": {"cgroupKubeParent": prefix, "varLibKubeletRootDir": str(workdir / "kubelet")},
+            "qos": {"runtimeEndpoint": f"unix://{workdir / 'no-runtime.sock'}",
+                    "terwayQosDir": str(workdir / "terway")},
+            "runtimeHooks": {"nriSocketPath": str(workdir / "no-nri.sock"), "serverSocket": str(workdir / "hook.sock"),
+                             "registrationDir": str(workdir / "hookserver.d")},
             "collector": {"resUsedIntervalSeconds": 1, "psiIntervalSeconds": 10, "cpiIntervalSeconds": 60,
                           **({"memoryIntervalSeconds": args.memory_interval} if args.memory_interval else {})},
         }))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.faults import Matrix, kills_per_component, run_seed
 from tests.e2e.harness import Report
 from tests.fixtures.containerd import unavailable_reason
 from tests.fixtures.fakekubelet import TlsFiles
@@ -18,6 +19,7 @@ VARIANTS = ("nri", "proxy")
 """``nri``: containerd 1.7 calls koordlet's NRI plugin; ``proxy``: kubelet -> koord-runtime-proxy -> containerd 1.6."""
 
 _REPORT = pytest.StashKey[Report]()
+_MATRIX = pytest.StashKey[tuple[Matrix, str]]()
 
 
 @pytest.fixture(scope="session")
@@ -31,13 +33,34 @@ def e2e_report(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     return report
 
 
+@pytest.fixture(scope="session")
+def fault_seed() -> str:
+    """The fault plan's seed: ``KOORDLET_FAULT_SEED`` (a replay) or a fresh one, printed with the matrix."""
+    return run_seed()
+
+
+@pytest.fixture(scope="session")
+def fault_matrix(request: pytest.FixtureRequest, fault_seed: str) -> Matrix:
+    """The run's fault matrix, both variants merged; printed at the end of the run."""
+    matrix = Matrix()
+    request.config.stash[_MATRIX] = (matrix, fault_seed)
+    return matrix
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    faults = config.stash.get(_MATRIX, None)
+    if faults is not None:
+        matrix, seed = faults
+        terminalreporter.write_sep("=", f"fault matrix (seed {seed}, {kills_per_component()} kills per component; "
+                                        f"replay: KOORDLET_FAULT_SEED={seed})")
+        terminalreporter.write_line(matrix.table())
     report = config.stash.get(_REPORT, None)
     if report is not None:
         report.data["finished_at"] = time.time()
         report.data["runtime_seconds"] = round(report.data["finished_at"] - report.data["started_at"], 1)
         report.write()
-        terminalreporter.write_line(f"e2e report ({report.data['runtime_seconds']} s of scenarios): {report.path}")
+        terminalreporter.write_line(f"e2e report ({report.data['runtime_seconds']} s of scenarios): {report.path}; "
+                                    f"component logs: {report.path.parent}/e2e-logs-*")
 
 
 @pytest.fixture(scope="module", params=VARIANTS)
@@ -50,6 +73,7 @@ def node(request: pytest.FixtureRequest, apiserver_tls: TlsFiles, e2e_report: Re
     from tests.e2e.node import kube_node
 
     started = time.monotonic()
-    with kube_node(request.param, apiserver_tls) as instance:
+    logs = e2e_report.path.parent / f"e2e-logs-{request.module.__name__.rsplit('.', 1)[-1]}-{request.param}"
+    with kube_node(request.param, apiserver_tls, keep_logs=logs) as instance:
         e2e_report.record("setup", request.param, node_start_seconds=round(time.monotonic() - started, 1))
         yield instance

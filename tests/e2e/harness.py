@@ -87,6 +87,14 @@ class Proc:
                 proc.wait(STOP_SECONDS)
         return proc.returncode
 
+    def kill(self) -> int:
+        """SIGKILL, as a crash or the OOM killer ends it, and reaps it; returns the PID it had."""
+        proc = self._proc
+        assert proc is not None and proc.poll() is None, f"{self.name} is not running"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(STOP_SECONDS)
+        return proc.pid
+
     def log_tail(self, lines: int = 60) -> str:
         try:
             text = self.log_path.read_text(errors="replace").splitlines()

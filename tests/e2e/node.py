@@ -30,6 +30,7 @@ from tests.e2e.harness import KoordletView, Proc, console_script, free_port, wai
 from tests.fixtures.containerd import Containerd, containerd17_binary_dir
 from tests.fixtures.fakeapiserver import FakeApiServer, make_configmap, make_node
 from tests.fixtures.fakekubelet import TlsFiles
+from tests.fixtures.isolation import merge, private_settings
 from tests.fixtures.kubeletdriver import KubeletDriver
 
 NODE_NAME = "e2e-node"
@@ -40,6 +41,8 @@ REPORT_INTERVAL_SECONDS = 30
 AGGREGATE_SECONDS = 60
 """The NodeMetric average window: Koordinator's floor (its default is 300 s)."""
 START_SECONDS = 90.0
+RETRY_SECONDS = 0.5
+"""How soon a pod operation the runtime refused is tried again (kubelet's pod workers retry)."""
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -151,10 +154,13 @@ class KubeNode:
     view: KoordletView
     cri_socket: Path
     kubepods_memory_limit: int
+    companion_port: int
     procs: list[Proc] = field(default_factory=list)
     _deletions: queue.Queue[tuple[str, str] | None] = field(default_factory=queue.Queue)
     deleted_at: dict[str, float] = field(default_factory=dict)
     """pod name -> when the kubelet driver finished removing it after an eviction."""
+    teardown_errors: list[str] = field(default_factory=list)
+    """Teardowns of evicted pods that failed and were retried (a runtime restarting)."""
 
     # --- pods -------------------------------------------------------------------------------------------
 
@@ -198,6 +204,9 @@ class KubeNode:
         node = self.apiserver.get("nodes", NODE_NAME) or {}
         return dict((node.get("status") or {}).get("allocatable") or {})
 
+    def companion_listening(self) -> bool:
+        return _listening(self.companion_port)
+
     def check_alive(self) -> None:
         for proc in self.procs:
             proc.check_alive()
@@ -210,7 +219,16 @@ class KubeNode:
     def _kill_evicted(self) -> None:
         while (item := self._deletions.get()) is not None:
             namespace, name = item
-            self.kubelet.delete_pod(namespace, name)
+            # kubelet retries a pod's teardown until the runtime answers (it may be restarting).
+            while True:
+                try:
+                    self.kubelet.delete_pod(namespace, name)
+                    break
+                except Exception as exc:
+                    self.teardown_errors.append(f"{namespace}/{name}: {exc}")
+                    if not self.has_pod(name):
+                        break
+                    time.sleep(RETRY_SECONDS)  # kubelet's pod worker backoff, not a wait for an outcome
             self.deleted_at[name] = time.time()
 
 
@@ -224,7 +242,9 @@ def _koordlet_config(*, tmp: Path, kubelet: KubeletDriver, companion_port: int, 
         hooks |= {"enableNri": False, "enableServer": True, "serverSocket": str(tmp / "koordlet.sock"),
                   "registrationDir": str(tmp / "hookserver.d")}
     pointers = kubelet.koordlet_config()
-    return {
+    # private_settings: whatever the node does not set (the CRI endpoint the evictor would dial, terway's
+    # directory...) points into the node's directory, never at the host's own agent.
+    return merge(private_settings(tmp, kubelet.prefix), {
         "nodeName": NODE_NAME, "stateDir": str(tmp / "koordlet-state"), "logLevel": "info",
         "featureGates": {"BEMemoryEvict": True},
         "host": pointers["host"],
@@ -234,7 +254,14 @@ def _koordlet_config(*, tmp: Path, kubelet: KubeletDriver, companion_port: int, 
         "qos": {"evictor": "api", "memoryEvictBase": "kubepods"},
         "runtimeHooks": hooks,
         "companion": {"address": f"127.0.0.1:{companion_port}"},
-    }
+    })
+
+
+def _copy_logs(logs: Path, containerd_log: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in [*logs.iterdir(), containerd_log]:
+        with contextlib.suppress(OSError):
+            shutil.copy2(path, dest / path.name)
 
 
 def _listening(port: int) -> bool:
@@ -244,9 +271,10 @@ def _listening(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def kube_node(variant: str, tls: TlsFiles) -> Iterator[KubeNode]:
+def kube_node(variant: str, tls: TlsFiles, keep_logs: Path | None = None) -> Iterator[KubeNode]:
     """The node of ``variant`` (``nri``: containerd 1.7 with NRI; ``proxy``: kubelet -> koord-runtime-proxy ->
-    containerd 1.6), started in dependency order and stopped in reverse, each process by its PID."""
+    containerd 1.6), started in dependency order and stopped in reverse, each process by its PID.  ``keep_logs``:
+    a directory that receives every component's log when the node is torn down."""
     stack = contextlib.ExitStack()
     with stack:
         # Short: the NRI and CRI sockets live below it (sun_path is 108 bytes).
@@ -257,6 +285,8 @@ def kube_node(variant: str, tls: TlsFiles) -> Iterator[KubeNode]:
         prefix = f"koord-e2e-{secrets.token_hex(4)}"
         containerd = Containerd(binary_dir=containerd17_binary_dir(), nri=True) if variant == "nri" else Containerd()
         stack.enter_context(containerd)
+        if keep_logs is not None:  # after the processes stop, before containerd's directory goes
+            stack.callback(_copy_logs, logs, containerd.log_path, keep_logs)
 
         apiserver = FakeApiServer(tls, tmp / "apiserver-token")
         stack.callback(apiserver.stop)
@@ -306,7 +336,8 @@ def kube_node(variant: str, tls: TlsFiles) -> Iterator[KubeNode]:
         view = KoordletView(tmp / "koordlet-debug.sock", metrics_port)
         node = KubeNode(variant=variant, tmp=tmp, prefix=prefix, containerd=containerd, apiserver=apiserver,
                         kubelet=kubelet, koordlet=koordlet, companion=companion, proxy=proxy, view=view,
-                        cri_socket=cri_socket, kubepods_memory_limit=kubepods_limit, procs=procs)
+                        cri_socket=cri_socket, kubepods_memory_limit=kubepods_limit, companion_port=companion_port,
+                        procs=procs)
         node.set_thresholds()
         wait_for("the companion's gRPC port", lambda: _listening(companion_port), START_SECONDS, procs)
         wait_for("koordlet's components running", view.ready, START_SECONDS, procs)

@@ -20,6 +20,7 @@ import yaml
 from tests.conftest import host_cgroup_version
 from tests.e2e.harness import KoordletView, Proc, Report, console_script, free_port, measure_cores, wait_for
 from tests.e2e.node import GiB, MiB, mem_available_bytes, mem_total_bytes
+from tests.fixtures.isolation import merge, private_settings
 from tests.fixtures.realcgroup import RealCgroups
 
 PERIOD_US = 100_000
@@ -52,8 +53,10 @@ def standalone(tmp_path: Path) -> Iterator[tuple[KoordletView, RealCgroups, Proc
         slo_file = run_dir / "slo-controller-config.yaml"
         slo_file.write_text(nodeslo())
         metrics_port = free_port()
-        config = {
-            "standalone": True, "nodeName": "e2e-standalone", "stateDir": str(run_dir / "state"),
+        # Private state, sockets and kube parent (below the test's own prefix; no kubepods there): nothing of the
+        # host's own agent is touched.
+        config = merge(private_settings(run_dir, f"{cgroups.name}/kubepods"), {
+            "standalone": True, "nodeName": "e2e-standalone",
             "discoverKubepods": False, "featureGates": {"BEMemoryEvict": True},
             "server": {"addr": f"127.0.0.1:{metrics_port}", "debugSocket": str(run_dir / "debug.sock")},
             "runtimeHooks": {"enableNri": False, "enableServer": False},
@@ -61,7 +64,7 @@ def standalone(tmp_path: Path) -> Iterator[tuple[KoordletView, RealCgroups, Proc
             "qos": {"nodesloFile": str(slo_file), "evictor": "kill"},
             "workloads": [{"name": "batch", "cgroupPath": f"{cgroups.name}/be", "qosClass": "BE", "priority": 5000},
                           {"name": "web", "cgroupPath": f"{cgroups.name}/ls", "qosClass": "LS", "priority": 9000}],
-        }
+        })
         (run_dir / "koordlet.yaml").write_text(yaml.safe_dump(config))
         proc = Proc("koordlet-standalone", [*console_script("koordlet"), "run", "--config",
                                             str(run_dir / "koordlet.yaml")], run_dir).start()

@@ -15,9 +15,10 @@ Life of a connection:
    (hooks are in-memory work plus a few cgroup writes), far inside the runtime's 2 s request timeout.
 
 On EOF or a broken connection the old connection is closed completely before the next dial, so the
-runtime never sees two registrations of this plugin (Koordinator #2334); dials back off 1 s, doubling to
-30 s, reset once a connection has been configured.  While no runtime socket exists the plugin waits for
-it.  :meth:`NriPlugin.stop` ends it.
+runtime never sees two registrations of this plugin (Koordinator #2334); while nobody listens on the socket
+(missing, or refused: the runtime restarting) it is dialled every second; a runtime that accepts and then drops
+or refuses the plugin is dialled again after 1 s, doubling to 30 s, reset once a connection has been
+configured.  :meth:`NriPlugin.stop` ends it.
 """
 
 from __future__ import annotations
@@ -118,8 +119,11 @@ class NriPlugin:
         while not self._stopping.is_set():
             configured_before = self.stats.configured
             error = "closed by the runtime"
+            nobody_listening = False
             try:
                 await self._connect_once()
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                error, nobody_listening = str(exc) or type(exc).__name__, True
             except (TimeoutError, OSError, TtrpcError, ConnectionError) as exc:
                 error = str(exc) or type(exc).__name__
             if self.stats.configured > configured_before:
@@ -131,9 +135,14 @@ class NriPlugin:
             last_error = error
             if self._stopping.is_set():
                 return
+            # While no runtime listens (restarting, or NRI off) a dial costs a stat or a refused connect: keep
+            # dialling every first-backoff so hooks are back about a second after the runtime is; the doubling is
+            # for a runtime that answers and then refuses or drops the plugin.
+            wait = self._backoff_start if nobody_listening else backoff
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), backoff)
-            backoff = min(backoff * 2, self._backoff_max)
+                await asyncio.wait_for(self._stopping.wait(), wait)
+            if not nobody_listening:
+                backoff = min(backoff * 2, self._backoff_max)
 
     def stop(self) -> None:
         self._stopping.set()

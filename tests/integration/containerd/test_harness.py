@@ -34,7 +34,7 @@ def test_containerd16_runs_pod_and_resources_reach_cgroup(containerd16: Containe
     assert conditions["RuntimeReady"] is True
 
     uid = unique_pod_uid()
-    parent = f"/kubepods/besteffort/pod{uid}"
+    parent = containerd16.pod_parent("besteffort", uid)
     pod_id = client.run_pod(
         "harness", uid, "default", parent, labels={"app": "harness"}, annotations={"koordlet.test/a": "1"}
     )
@@ -75,13 +75,14 @@ def test_containerd16_runs_pod_and_resources_reach_cgroup(containerd16: Containe
 
     containerd16.close()
     assert not any(d.exists() for d in _pod_cgroup_dirs(parent)), "pod cgroups removed on cleanup"
+    assert not any(d.exists() for d in _pod_cgroup_dirs(containerd16.cgroup_prefix)), "and the prefix"
     assert not containerd16.tmp.exists()
 
 
 def test_containerd16_cleanup_removes_running_pods(requires_containerd: None) -> None:
     uid = unique_pod_uid()
-    parent = f"/kubepods/besteffort/pod{uid}"
     with Containerd() as instance:
+        parent = instance.pod_parent("besteffort", uid)
         client = instance.client()
         pod_id = client.run_pod("left-running", uid, "default", parent)
         container_id = client.create_container(pod_id, None, "sleeper", ["/bin/sleep", "3600"])
@@ -92,6 +93,7 @@ def test_containerd16_cleanup_removes_running_pods(requires_containerd: None) ->
     assert not Path(f"/proc/{pid}").exists(), "containerd stopped by PID"
     assert instance._own_shim_pids() == [], "no shim of this instance survives"
     assert not any(d.exists() for d in _pod_cgroup_dirs(parent))
+    assert not any(d.exists() for d in _pod_cgroup_dirs(instance.cgroup_prefix))
     assert not instance.tmp.exists()
 
 
@@ -102,7 +104,7 @@ def test_containerd17_with_nri_starts_and_runs_pod(containerd17: Containerd) -> 
     client = containerd17.client()
     assert client.version().runtime_version.startswith("1.7")
     uid = unique_pod_uid()
-    parent = f"/kubepods/besteffort/pod{uid}"
+    parent = containerd17.pod_parent("besteffort", uid)
     pod_id = client.run_pod("nri-harness", uid, "default", parent)
     container_id = client.create_container(
         pod_id, None, "sleeper", ["/bin/sleep", "3600"], resources=cri.LinuxContainerResources(cpu_shares=300)

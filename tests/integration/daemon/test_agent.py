@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,14 +22,14 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from tests.fixtures.agentrun import running
 from tests.fixtures.fakekubelet import Fault, make_pod
+from tests.fixtures.isolation import private_settings, write_config
 
 
 def build(tmp_path: Path) -> Any:
-    config_file = tmp_path / "koordlet.yaml"
-    config_file.write_text(f"standalone: true\nstateDir: {tmp_path / 'state'}\n"
-                           "server: {addr: '127.0.0.1:0', debugSocket: ''}\n"
-                           "runtimeHooks: {enableServer: false, enableNri: false}\n"
-                           "discoverKubepods: false\n")
+    # A kube parent of its own that does not exist: no pods, and none of the host's.
+    config_file = write_config(tmp_path / "koordlet.yaml", private_settings(
+        tmp_path, f"koordlet-test-{os.getpid()}-absent", standalone=True, discoverKubepods=False,
+        runtimeHooks={"enableServer": False, "enableNri": False}))
     return build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
 
 

@@ -4,6 +4,7 @@ reports reach the companion, and a restart while the companion is away keeps the
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +18,16 @@ from koordlet.statesinformer.nodemetric import NodeMetricRunner
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from tests.fixtures.agentrun import running
+from tests.fixtures.isolation import private_settings, write_config
 from tests.fixtures.waiting import wait_until
 
 
-def config(tmp_path: Path, port: int, extra: str = "") -> Path:
-    path = tmp_path / "koordlet.yaml"
-    path.write_text(f"standalone: true\nstateDir: {tmp_path / 'state'}\nnodeName: node-link\n"
-                    f"server: {{addr: '127.0.0.1:0', debugSocket: ''}}\ndiscoverKubepods: false\n"
-                    "runtimeHooks: {enableServer: false, enableNri: false}\n"
-                    f"companion: {{address: '127.0.0.1:{port}'}}\n" + extra)
-    return path
+def config(tmp_path: Path, port: int, **extra: Any) -> Path:
+    # A kube parent of its own that does not exist: no pods, and none of the host's.
+    return write_config(tmp_path / "koordlet.yaml", private_settings(
+        tmp_path, f"koordlet-test-{os.getpid()}-absent", standalone=True, nodeName="node-link",
+        discoverKubepods=False, runtimeHooks={"enableServer": False, "enableNri": False},
+        companion={"address": f"127.0.0.1:{port}"}, **extra))
 
 
 def build(path: Path, tmp_path: Path) -> Any:
@@ -61,6 +62,6 @@ def test_the_koordlet_runs_the_companions_nodeslo_and_reports_to_it(tmp_path: Pa
 
 
 def test_companion_and_a_nodeslo_file_are_one_source_too_many(tmp_path: Path) -> None:
-    path = config(tmp_path, 1, extra=f"qos: {{nodesloFile: {tmp_path / 'nodeslo.yaml'}}}\n")
+    path = config(tmp_path, 1, qos={"nodesloFile": str(tmp_path / "nodeslo.yaml")})
     with pytest.raises(ConfigError, match=r"companion\.address and qos\.nodesloFile"):
         build_agent(load(path), tmp_path / "state", read_node_info(HostPaths()))

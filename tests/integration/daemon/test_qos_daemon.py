@@ -14,6 +14,7 @@ from koordlet.config import load
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from tests.fixtures.agentrun import running
+from tests.fixtures.isolation import private_settings, write_config
 from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
 
@@ -38,17 +39,20 @@ def test_local_nodeslo_drives_suppress_and_bad_file_keeps_last_good(real_cgroups
     nodeslo = tmp_path / "nodeslo.yaml"
     nodeslo.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE:\n"
                        "    {enable: true, cpuSuppressThresholdPercent: 65, cpuSuppressPolicy: cfsQuota}\n")
-    config_file = tmp_path / "koordlet.yaml"
-    config_file.write_text(
-        f"standalone: true\nstateDir: {tmp_path / 'state'}\nserver: {{addr: '127.0.0.1:0', debugSocket: ''}}\n"
-                           "runtimeHooks: {enableServer: false, enableNri: false}\n"
-        f"host: {{cgroupKubeParent: {prefix}}}\nqos: {{nodesloFile: {nodeslo}, evictor: dry-run}}\n")
+    config_file = write_config(tmp_path / "koordlet.yaml", private_settings(
+        tmp_path, prefix, standalone=True, runtimeHooks={"enableServer": False, "enableNri": False},
+        qos={"nodesloFile": str(nodeslo), "evictor": "dry-run"}))
     with running(build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))) as agent:
         # Two cores x 65% minus an LS busy loop leaves BE well under one core: a quota is written.
         wait_until("a BE quota on kubepods/besteffort", lambda: 0 < be_quota() <= 60_000, 15)
         suppressed = be_quota()
-        scrape = generate_latest(agent.metrics.internal).decode()
-        assert 'koordlet_be_suppress_cpu_cores{node=' in scrape and 'type="cfsQuota"' in scrape
+        # The strategy sets the gauge just after the executor wrote the quota: wait for it, not only the file.
+        def exported() -> str | None:
+            text = generate_latest(agent.metrics.internal).decode()
+            return text if 'koordlet_be_suppress_cpu_cores{node=' in text else None
+
+        scrape = wait_until("the suppress gauge exported", exported, 15)
+        assert 'type="cfsQuota"' in scrape
 
         nodeslo.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE:\n"
                            "    {enable: false, cpuSuppressThresholdPercent: 165}\n")

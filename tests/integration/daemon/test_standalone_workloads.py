@@ -23,6 +23,7 @@ from koordlet.statesinformer.standalone import workload_uid
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from koordlet.system.validators import format_cpulist, parse_cpulist
+from tests.fixtures import isolation
 from tests.fixtures.agentrun import running
 from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
@@ -44,20 +45,15 @@ def write_nodeslo(path: Path, **threshold: object) -> None:
     path.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE: " + json.dumps(threshold) + "\n")
 
 
-def write_config(tmp_path: Path, groups: RealCgroups, nodeslo: Path, extra: str = "") -> Path:
+def write_config(tmp_path: Path, groups: RealCgroups, nodeslo: Path, **extra: object) -> Path:
     prefix = groups.name
-    config = tmp_path / "koordlet.yaml"
-    config.write_text(
-        f"standalone: true\nstateDir: {tmp_path / 'state'}\nserver: {{addr: '127.0.0.1:0', debugSocket: ''}}\n"
-        "runtimeHooks: {enableServer: false, enableNri: false}\ndiscoverKubepods: false\n"
-        f"host: {{cgroupKubeParent: {prefix}}}\n"
-        "collector: {memoryIntervalSeconds: 1}\n"
-        "workloads:\n"
-        f"- {{name: be, cgroupPath: {prefix}/be, qosClass: BE, priority: 5000}}\n"
-        f"- {{name: ls, cgroupPath: {prefix}/ls, qosClass: LS, priority: 9000}}\n"
-        f"{extra}"
-        f"qos: {{nodesloFile: {nodeslo}, evictor: kill, beMinCpusetCpus: 1, memoryEvictCoolTimeSeconds: 1}}\n")
-    return config
+    return isolation.write_config(tmp_path / "koordlet.yaml", isolation.private_settings(
+        tmp_path, prefix, standalone=True, discoverKubepods=False,
+        runtimeHooks={"enableServer": False, "enableNri": False}, collector={"memoryIntervalSeconds": 1},
+        workloads=[{"name": "be", "cgroupPath": f"{prefix}/be", "qosClass": "BE", "priority": 5000},
+                   {"name": "ls", "cgroupPath": f"{prefix}/ls", "qosClass": "LS", "priority": 9000}],
+        qos={"nodesloFile": str(nodeslo), "evictor": "kill", "beMinCpusetCpus": 1, "memoryEvictCoolTimeSeconds": 1},
+        **extra))
 
 
 def last(agent: Agent, strategy: str) -> Decision | None:
@@ -141,7 +137,7 @@ def test_memory_pressure_kills_the_be_workload_not_ls(real_cgroups: RealCgroups,
     be_pid = groups.spawn("be", HOLD.format(size=be_bytes))
     nodeslo = tmp_path / "nodeslo.yaml"
     write_nodeslo(nodeslo, enable=False)
-    config = write_config(tmp_path, groups, nodeslo, extra="featureGates: {BEMemoryEvict: true}\n")
+    config = write_config(tmp_path, groups, nodeslo, featureGates={"BEMemoryEvict": True})
     with running(build_agent(load(config), tmp_path / "state", node)) as agent:
         def be_measured() -> float | None:
             sample = agent.cache.latest(names.POD_MEMORY_USAGE, pod_labels(workload_uid("be")), 5.0)

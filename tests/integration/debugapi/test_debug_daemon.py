@@ -4,7 +4,6 @@ files, node usage after a collection, every QoS strategy, and a pod's real cgrou
 from __future__ import annotations
 
 import secrets
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,9 @@ from koordlet.debugapi import contract
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from tests.fixtures.agentrun import running
+from tests.fixtures.cleanup import remove_tree
 from tests.fixtures.debugclient import get
+from tests.fixtures.isolation import private_settings, write_config
 from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
 
@@ -30,7 +31,7 @@ def sock_dir() -> Iterator[Path]:
     # A unix socket path holds at most 107 bytes; pytest's tmp_path may be longer.
     directory = Path(tempfile.mkdtemp(prefix="kdbg-", dir="/tmp"))
     yield directory
-    shutil.rmtree(directory, ignore_errors=True)
+    remove_tree(directory)
 
 
 def file_values(real_cgroups: RealCgroups, rel: str) -> dict[str, Any]:
@@ -56,12 +57,9 @@ def test_debug_api_of_a_running_agent(real_cgroups: RealCgroups, tmp_path: Path,
     real_cgroups.spawn(be_pod, SLEEP)
 
     socket_path = sock_dir / "run" / "debug.sock"
-    config_file = tmp_path / "koordlet.yaml"
-    config_file.write_text(
-        f"standalone: true\nstateDir: {tmp_path / 'state'}\n"
-        f"server: {{addr: '127.0.0.1:0', debugSocket: {socket_path}}}\n"
-        "runtimeHooks: {enableServer: false, enableNri: false}\n"
-        f"host: {{cgroupKubeParent: {prefix}}}\nqos: {{evictor: dry-run}}\n")
+    config_file = write_config(tmp_path / "koordlet.yaml", private_settings(
+        tmp_path, prefix, standalone=True, server={"debugSocket": str(socket_path)},
+        runtimeHooks={"enableServer": False, "enableNri": False}, qos={"evictor": "dry-run"}))
     agent: Any = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
     assert agent.debug is not None and agent.components[-1] is agent.debug
     with running(agent):

@@ -9,7 +9,6 @@ import io
 import json
 import os
 import secrets
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,8 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from koordlet.version import __version__
 from tests.fixtures.agentrun import running
+from tests.fixtures.cleanup import remove_tree
+from tests.fixtures.isolation import private_settings, write_config
 from tests.fixtures.realcgroup import RealCgroups, kubelet_cpu_weight, shares_from_weight
 from tests.fixtures.waiting import wait_until
 from tests.integration.koordctl.test_top_tmux import Tmux, top_command
@@ -56,7 +57,7 @@ def socket_dir() -> Iterator[Path]:
     # sun_path holds 108 bytes: pytest's tmp_path can be longer than that.
     path = tempfile.mkdtemp(prefix="kctl", dir="/tmp")
     yield Path(path)
-    shutil.rmtree(path, ignore_errors=True)
+    remove_tree(path)
 
 
 def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_path: Path, socket_dir: Path,
@@ -87,12 +88,10 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
     nodeslo.write_text("kind: NodeSLO\nspec:\n  resourceUsedThresholdWithBE:\n"
                        "    {enable: true, cpuSuppressThresholdPercent: 65, cpuSuppressPolicy: cfsQuota}\n")
     sock = str(socket_dir / "debug.sock")
-    config_file = tmp_path / "koordlet.yaml"
-    config_file.write_text(
-        f"standalone: true\nstateDir: {tmp_path / 'state'}\n"
-        f"server: {{addr: '127.0.0.1:0', debugSocket: {sock}}}\n"
-        "runtimeHooks: {enableServer: false, enableNri: false}\n"
-        f"host: {{cgroupKubeParent: {prefix}}}\nqos: {{nodesloFile: {nodeslo}, evictor: dry-run}}\n")
+    config_file = write_config(tmp_path / "koordlet.yaml", private_settings(
+        tmp_path, prefix, standalone=True, server={"debugSocket": sock},
+        runtimeHooks={"enableServer": False, "enableNri": False},
+        qos={"nodesloFile": str(nodeslo), "evictor": "dry-run"}))
     with running(build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))):
         wait_until(f"the debug socket {sock}", lambda: os.path.exists(sock), 10)
 

@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from koordlet.debugapi import contract
+from tests.fixtures.cleanup import remove_tree
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEADLINE_SECONDS = 20.0
@@ -123,7 +124,7 @@ def short_dir() -> Iterator[Path]:
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
 
 
 @pytest.fixture
@@ -173,7 +174,10 @@ class Tmux:
         pytest.fail(f"timed out after {timeout:g}s waiting for {what}; screen:\n{screen}")
 
     def kill(self) -> None:
-        self._tmux("kill-session", "-t", self.name)
+        """Ends this test's own tmux server (``-L``), its session and whatever that session ran."""
+        result = self._tmux("kill-server")
+        if result.returncode != 0 and "no server running" not in result.stderr:
+            raise RuntimeError(f"tmux -L {self.name} kill-server failed: {result.stderr.strip()}")
 
 
 

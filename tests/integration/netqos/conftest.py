@@ -8,6 +8,7 @@ never leaves the two namespaces.  Processes are started with ``ip netns exec`` a
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -21,7 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cleanup import Cleanup, kill_process
+
 TRAFFIC = Path(__file__).with_name("traffic.py")
+NETNS_DIR = Path("/run/netns")
+"""Where ``ip netns`` keeps a named namespace (its bind mount)."""
 READY_TIMEOUT_SECONDS = 10.0
 
 
@@ -111,7 +116,16 @@ def netpair() -> Iterator[NetPair]:
         _ip("-n", pair.rx_ns, "link", "set", pair.rx_if, "up")
         yield pair
     finally:
-        pair.stop()
+        cleanup = Cleanup(f"network namespaces of {pair.tag}")
+        for proc in pair.procs:
+            cleanup.attempt(f"traffic process {proc.pid}", functools.partial(kill_process, proc))
         for ns in made:
             # Deleting the namespace takes its veth end, IFB, qdiscs, ipsets and iptables rules along.
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+            cleanup.attempt(f"network namespace {ns}", functools.partial(_delete_namespace, ns))
+        cleanup.close()
+
+
+def _delete_namespace(name: str) -> None:
+    done = subprocess.run(["ip", "netns", "del", name], capture_output=True, text=True, timeout=10, check=False)
+    if done.returncode != 0 or (NETNS_DIR / name).exists():
+        raise RuntimeError(f"ip netns del {name} failed ({done.returncode}): {done.stderr.strip()}")

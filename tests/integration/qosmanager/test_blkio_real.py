@@ -14,6 +14,7 @@ second has passed, away from the first throttle slice."""
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import time
@@ -33,6 +34,7 @@ from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver
 from koordlet.system.layout import detect_layout
+from tests.fixtures.cleanup import Cleanup
 from tests.fixtures.realcgroup import CGROUP_ROOT, SCRATCH_DISK, RealCgroups, disk_of
 from tests.fixtures.waiting import wait_until
 from tests.unit.qosmanager.fakes import FakeInformer
@@ -129,6 +131,7 @@ def test_write_bps_limits_a_direct_io_writer(real_cgroups: RealCgroups, tmp_path
         print(f"after reset: {unthrottled / MIB:.1f} MiB/s ({left} B were left to write)")
         assert unthrottled > 2 * LIMIT_BPS or written() >= BLOCKS * BLOCK
     finally:
-        groups.kill(pid)
-        if not raw:
-            target.unlink(missing_ok=True)
+        with Cleanup("the writer") as cleanup:
+            cleanup.attempt(f"writer process {pid}", functools.partial(groups.kill, pid))
+            if not raw:
+                cleanup.attempt(f"file {target}", functools.partial(target.unlink, missing_ok=True))

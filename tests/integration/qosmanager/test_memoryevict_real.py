@@ -43,6 +43,8 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS
 from koordlet.system.layout import detect_layout
 from koordlet.system.node import NodeInfo, read_node_info
+from tests.fixtures.cleanup import Cleanup
+from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
 from tests.unit.qosmanager.fakes import RecordingBackend
@@ -127,6 +129,8 @@ class Rig:
     strategy: MemoryEvict
     backend: Backend
     pods: dict[str, PodMeta]
+    on_failure: Callable[[BaseException], None]
+    """Gets what ends the agent loop's thread, as a koordlet component's does."""
     decisions: list[tuple[float, Decision]] = field(default_factory=list)
     round_seconds: list[float] = field(default_factory=list)
     """What each collect + decide (+ kill) took."""
@@ -167,15 +171,18 @@ class Rig:
 
     def start(self, spec: NodeSLOSpec) -> None:
         def loop() -> None:
-            due = time.monotonic()
-            while not self.stop.is_set():
-                began = time.monotonic()
-                self.advisor.run_once(force=True)
-                decision = self.strategy.run_once(spec)
-                self.decisions.append((time.monotonic(), decision))
-                self.round_seconds.append(self.decisions[-1][0] - began)
-                due += INTERVAL
-                self.stop.wait(max(0.0, due - time.monotonic()))
+            try:
+                due = time.monotonic()
+                while not self.stop.is_set():
+                    began = time.monotonic()
+                    self.advisor.run_once(force=True)
+                    decision = self.strategy.run_once(spec)
+                    self.decisions.append((time.monotonic(), decision))
+                    self.round_seconds.append(self.decisions[-1][0] - began)
+                    due += INTERVAL
+                    self.stop.wait(max(0.0, due - time.monotonic()))
+            except BaseException as exc:
+                self.on_failure(exc)
 
         self.thread = threading.Thread(target=loop, name="agent-loop", daemon=True)
         self.thread.start()
@@ -184,6 +191,8 @@ class Rig:
         self.stop.set()
         if self.thread is not None:
             self.thread.join(10)
+            if self.thread.is_alive():
+                raise RuntimeError("the agent loop still runs 10 s after it was told to stop")
 
     def evictions(self) -> list[tuple[float, Decision]]:
         return [(t, d) for t, d in self.decisions if d.action == "evict"]
@@ -217,7 +226,8 @@ class Watch:
 
 
 @pytest.fixture
-def rig_factory(real_cgroups: RealCgroups, tmp_path: Path) -> Iterator[Callable[[str], Rig]]:
+def rig_factory(real_cgroups: RealCgroups, tmp_path: Path,
+                failures: ComponentFailures) -> Iterator[Callable[[str], Rig]]:
     made: list[Rig] = []
 
     def make(backend_kind: str) -> Rig:
@@ -248,13 +258,15 @@ def rig_factory(real_cgroups: RealCgroups, tmp_path: Path) -> Iterator[Callable[
                           config=QoSManagerConfig(memory_evict_base="kubepods", memory_evict_cool_time_seconds=COOL),
                           collector=collector, gates={"BEMemoryEvict": True}, clock=time.time,
                           decisions=DecisionLog(), kube_parent=prefix)
-        rig = Rig(groups, advisor, MemoryEvict(options), backend, pods)
+        rig = Rig(groups, advisor, MemoryEvict(options), backend, pods,
+                  failures.callback(f"memoryevict loop ({backend_kind})"))
         made.append(rig)
         return rig
 
     yield make
-    for rig in made:
-        rig.halt()
+    with Cleanup("memoryevict rigs") as cleanup:
+        for rig in made:
+            cleanup.attempt("stop the agent loop", rig.halt)
 
 
 def slo() -> NodeSLOSpec:

@@ -434,4 +434,6 @@ def test_io_weight_needs_iocost(real_cgroups: RealCgroups, tmp_path: Path) -> No
         print(f"io.weight: before iocost {before.outcome.value} ({before.error}); io.cost.qos {qos_line!r}; "
               f"io.weight {read(real_cgroups, 'io', '', 'io.weight').splitlines()}")
     finally:
-        ex.apply([upd("blkio_cost_qos", "", f"{devno} enable=0")])
+        # The root's iocost is the host's: a restore that did not reach the kernel must fail the test.
+        (restored,) = ex.apply([upd("blkio_cost_qos", "", f"{devno} enable=0")])
+        assert restored.outcome is Outcome.WRITTEN, f"iocost of {devno} left enabled: {restored.error}"

@@ -42,6 +42,7 @@ from tests.fixtures.containerd import (
     read_container_cgroup_files,
     unique_pod_uid,
 )
+from tests.fixtures.isolation import koordlet_run_args, private_settings, write_config
 from tests.fixtures.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -55,10 +56,10 @@ SLEEP = ["/bin/sleep", "3600"]
 
 
 
-def be_pod(client: CriClient, name: str) -> tuple[str, str, str]:
+def be_pod(client: CriClient, containerd: Containerd, name: str) -> tuple[str, str, str]:
     """A BE pod with batch resources and its running container: (pod id, cgroup parent, container id)."""
     uid = unique_pod_uid()
-    parent = f"/kubepods/besteffort/pod{uid}"
+    parent = containerd.pod_parent("besteffort", uid)
     pod_id = client.run_pod(name, uid, "default", parent, labels=BE_LABELS, annotations=BE_ANNOTATIONS)
     container_id = client.create_container(pod_id, None, "main", SLEEP)
     client.start(container_id)
@@ -121,12 +122,12 @@ def plugin(containerd17: Containerd) -> Iterator[NriPlugin]:
 def test_be_and_ls_containers_get_koordlets_resources(containerd17: Containerd, plugin: NriPlugin,
                                                       cgroup_version: int) -> None:
     client = containerd17.client()
-    _, be_parent, be_container = be_pod(client, "be")
+    _, be_parent, be_container = be_pod(client, containerd17, "be")
     assert_be_adjusted(be_parent, be_container, cgroup_version)
 
     # An LSR pod bound to CPU 1 by the scheduler: cpuset from resource-status, CFS quota lifted.
     uid = unique_pod_uid()
-    ls_parent = f"/kubepods/pod{uid}"
+    ls_parent = containerd17.pod_parent("", uid)
     ls_pod = client.run_pod("lsr", uid, "default", ls_parent, labels={"koordinator.sh/qosClass": "LSR"},
                             annotations={"scheduling.koordinator.sh/resource-status": '{"cpuset": "1"}'})
     ls_container = client.create_container(
@@ -141,7 +142,7 @@ def test_be_and_ls_containers_get_koordlets_resources(containerd17: Containerd, 
 def test_an_adjustment_over_4k_reaches_the_container(containerd17: Containerd, plugin: NriPlugin) -> None:
     client = containerd17.client()
     uid = unique_pod_uid()
-    parent = f"/kubepods/besteffort/pod{uid}"
+    parent = containerd17.pod_parent("besteffort", uid)
     pod_id = client.run_pod("env", uid, "default", parent, labels={**BE_LABELS, "koordlet.test/many-env": "1"},
                             annotations=BE_ANNOTATIONS)
     container_id = client.create_container(pod_id, None, "main", SLEEP)
@@ -172,7 +173,7 @@ def test_be_pod_cgroup_converges_from_the_run_pod_sandbox_event(containerd17: Co
     with serving(NriPlugin(HookRunner(hooks), Applier(executor.apply), str(containerd17.nri_socket))) as nri:
         client = containerd17.client()
         uid = unique_pod_uid()
-        parent = f"/kubepods/besteffort/pod{uid}"
+        parent = containerd17.pod_parent("besteffort", uid)
         containerd17.make_pod_cgroup(parent, cgroup_version)
         pod_id = client.run_pod("be-sums", uid, "default", parent, labels=BE_LABELS,
                                 annotations={"node.koordinator.sh/extended-resource-spec": TWO_CONTAINERS})
@@ -203,24 +204,21 @@ def client_resources(**fields: int) -> Any:
 
 
 class Koordlet:
-    """``koordlet run --standalone`` registered with this containerd's NRI socket."""
+    """``koordlet run --standalone`` registered with this containerd's NRI socket, on its pods' kube parent."""
 
-    def __init__(self, tmp: Path, nri_socket: Path) -> None:
-        self.config = tmp / "koordlet.yaml"
-        self.config.write_text(json.dumps({
-            "stateDir": str(tmp / "state"), "logFormat": "json", "server": {"addr": "127.0.0.1:0", "debugSocket": ""},
-            "discoverKubepods": False, "qos": {"evictor": "dry-run"},
-            "runtimeHooks": {"enableServer": False, "nriSocketPath": str(nri_socket)},
-        }))
+    def __init__(self, tmp: Path, containerd: Containerd) -> None:
+        self.config = write_config(tmp / "koordlet.yaml", private_settings(
+            tmp, containerd.cgroup_prefix, logFormat="json", discoverKubepods=False, qos={"evictor": "dry-run"},
+            runtimeHooks={"enableServer": False, "nriSocketPath": str(containerd.nri_socket)}))
+        self.args = koordlet_run_args(["--standalone", "--config", str(self.config)])
         self.log = tmp / "koordlet.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "koordlet.cli.koordlet", "run", "--standalone",
-                                          "--config", str(self.config)], stdout=log, stderr=log, env=env,
-                                         stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen([sys.executable, "-m", "koordlet.cli.koordlet", "run", *self.args],
+                                         stdout=log, stderr=log, env=env, stdin=subprocess.DEVNULL)
 
     def stop(self, sig: signal.Signals) -> None:
         assert self.proc is not None
@@ -235,7 +233,7 @@ def registrations(containerd: Containerd) -> list[str]:
 
 
 def test_ten_restarts_during_pod_churn(containerd17: Containerd, tmp_path: Path) -> None:
-    koordlet = Koordlet(tmp_path, containerd17.nri_socket)
+    koordlet = Koordlet(tmp_path, containerd17)
     client = containerd17.client()
     stop_churn = threading.Event()
     churned: list[int] = []
@@ -246,7 +244,7 @@ def test_ten_restarts_during_pod_churn(containerd17: Containerd, tmp_path: Path)
         churn_client = containerd17.client()
         while not stop_churn.is_set():
             try:
-                pod_id, _, _ = be_pod(churn_client, f"churn-{len(churned)}")
+                pod_id, _, _ = be_pod(churn_client, containerd17, f"churn-{len(churned)}")
                 remove_pod(churn_client, pod_id)
                 churned.append(1)
             except BaseException as exc:  # reported after the loop, with the restart it happened in
@@ -260,7 +258,7 @@ def test_ten_restarts_during_pod_churn(containerd17: Containerd, tmp_path: Path)
             koordlet.start()
             wait_until(f"registration #{restart}",
                        lambda n=restart: sum("connected" in e for e in registrations(containerd17)) >= n, 30)
-            pod_id, parent, container_id = be_pod(client, f"after-{restart}")
+            pod_id, parent, container_id = be_pod(client, containerd17, f"after-{restart}")
             assert_be_adjusted(parent, container_id)
             remove_pod(client, pod_id)
             koordlet.stop(signal.SIGKILL if restart % 2 else signal.SIGTERM)  # crashes and clean stops

@@ -18,6 +18,7 @@ import pytest
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy import server as server_module
 from runtimeproxy.backend import Backend, PassthroughHandler, serve
+from tests.fixtures.cleanup import Cleanup
 from tests.fixtures.containerd import IMAGE, Containerd, CriClient, read_container_cgroup, unique_pod_uid
 
 ID = re.compile(r"^[0-9a-f]{64}$")
@@ -50,8 +51,9 @@ def proxy(request: pytest.FixtureRequest, containerd16: Containerd) -> Iterator[
     try:
         yield Proxy(socket, client)
     finally:
-        client.close()
-        stop()
+        with Cleanup(f"{request.param} on {socket}") as cleanup:
+            cleanup.attempt("close the CRI client", client.close)
+            cleanup.attempt("stop the proxy", stop)
 
 
 def _code(call: Any) -> grpc.StatusCode:
@@ -76,7 +78,7 @@ def cri_flow(client: CriClient, containerd: Containerd, name: str) -> dict[str, 
     out["image_status"] = (image.id, tuple(image.repo_tags), image.size)
 
     uid = unique_pod_uid()
-    parent = f"/kubepods/besteffort/pod{uid}"
+    parent = containerd.pod_parent("besteffort", uid)
     containerd.track_cgroup_parent(parent)
     pod_id = client.run_pod(name, uid, "default", parent, labels={"app": "passthrough"})
     assert ID.match(pod_id), pod_id

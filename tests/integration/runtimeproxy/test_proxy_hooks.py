@@ -39,6 +39,7 @@ from koordlet.runtimehooks.hookserver.server import HookServer
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.layout import detect_layout
 from runtimeproxy.server import Proxy, ProxyOptions
+from tests.fixtures.cleanup import Cleanup, kill_process, remove_tree
 from tests.fixtures.containerd import (
     Containerd,
     CriClient,
@@ -83,6 +84,8 @@ class Rig:
     hook_socket: Path
     registrations: Path
     server: HookServer | None = None
+    processes: list[ProxyProcess] = field(default_factory=list)
+    """Proxy processes started; killed at teardown whatever the test did."""
 
     def start_hooks(self, policy: str = "Ignore") -> None:
         runner = HookRunner([*build_hooks(HookDeps(gates=gates.resolve({}))), self.seen.hook()],
@@ -102,6 +105,11 @@ class Rig:
         if keep_registration:
             (self.registrations / "koordlet.json").write_text(registration)
 
+    def proxy_process(self) -> ProxyProcess:
+        process = ProxyProcess(self.options())
+        self.processes.append(process)
+        return process
+
     def options(self) -> ProxyOptions:
         return ProxyOptions(endpoint=str(self.tmp / "proxy.sock"), runtime_endpoint=str(self.containerd.socket),
                             hook_config_dir=str(self.registrations),
@@ -110,13 +118,20 @@ class Rig:
 
 @pytest.fixture
 def rig(containerd16: Containerd) -> Iterator[Rig]:
-    with tempfile.TemporaryDirectory(prefix="kprx-") as tmp:
-        rig = Rig(Path(tmp), containerd16, Seen(), Path(tmp) / "koordlet.sock", Path(tmp) / "hookserver.d")
-        try:
-            yield rig
-        finally:
-            if rig.server is not None:
-                rig.server.stop()
+    tmp = Path(tempfile.mkdtemp(prefix="kprx-"))
+    rig = Rig(tmp, containerd16, Seen(), tmp / "koordlet.sock", tmp / "hookserver.d")
+    try:
+        yield rig
+    finally:
+        cleanup = Cleanup("runtime proxy rig")
+        for process in rig.processes:
+            if process.proc is not None:
+                cleanup.attempt(f"koord-runtime-proxy pid {process.proc.pid}", functools.partial(kill_process,
+                                                                                                process.proc))
+        if rig.server is not None:
+            cleanup.attempt("stop the hook server", rig.server.stop)
+        cleanup.attempt(f"remove {tmp}", functools.partial(remove_tree, tmp))
+        cleanup.close()
 
 
 @pytest.fixture
@@ -137,7 +152,7 @@ def through(rig: Rig) -> CriClient:
 def be_pod(client: CriClient, containerd: Containerd, name: str, labels: dict[str, str] | None = None
            ) -> tuple[str, str]:
     uid = unique_pod_uid()
-    parent = f"/kubepods/besteffort/pod{uid}"
+    parent = containerd.pod_parent("besteffort", uid)
     containerd.track_cgroup_parent(parent)
     return client.run_pod(name, uid, "default", parent, labels=labels if labels is not None else BE_LABELS,
                           annotations=BE_ANNOTATIONS), parent
@@ -173,7 +188,7 @@ def test_be_pod_cgroup_gets_the_sums_at_pre_run_pod_sandbox(rig: Rig, proxy: Pro
     proxy.registry.reload()
     client = through(rig)
     uid = unique_pod_uid()
-    parent = f"/kubepods/besteffort/pod{uid}"
+    parent = rig.containerd.pod_parent("besteffort", uid)
     rig.containerd.make_pod_cgroup(parent, cgroup_version)
     pod_id = client.run_pod("be-sums", uid, "default", parent, labels=BE_LABELS,
                             annotations={"node.koordinator.sh/extended-resource-spec": TWO_CONTAINERS})
@@ -333,7 +348,7 @@ def made_more(made: list[str], before: int, failures: list[BaseException]) -> bo
 
 def test_proxy_restarts_during_pod_churn_lose_no_pod(rig: Rig) -> None:
     rig.start_hooks()
-    process = ProxyProcess(rig.options())
+    process = rig.proxy_process()
     process.start()
     client = through(rig)
     retry(client.version)
@@ -346,7 +361,7 @@ def test_proxy_restarts_during_pod_churn_lose_no_pod(rig: Rig) -> None:
         try:
             while not stop.is_set():
                 uid = unique_pod_uid()
-                parent = f"/kubepods/besteffort/pod{uid}"
+                parent = rig.containerd.pod_parent("besteffort", uid)
                 rig.containerd.track_cgroup_parent(parent)
                 pod_id = run_ready_pod(client, "churn", uid, "default", parent, BE_LABELS, BE_ANNOTATIONS)
                 made.append(uid)

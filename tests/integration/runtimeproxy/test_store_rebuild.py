@@ -11,7 +11,7 @@ from tests.fixtures.containerd import Containerd, unique_pod_uid
 def test_rebuild_recovers_pod_and_container_then_drops_them(containerd16: Containerd) -> None:
     client = containerd16.client()
     uid = unique_pod_uid()
-    parent = f"/kubepods/burstable/pod{uid}"
+    parent = containerd16.pod_parent("burstable", uid)
     pod_id = client.run_pod(
         "rebuild", uid, "koordlet-test", parent,
         labels={"app": "rebuild", "io.kubernetes.pod.uid": uid},

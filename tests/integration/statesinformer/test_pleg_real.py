@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,7 @@ from koordlet.system.kubepaths import (
     qos_dir,
     under_parent,
 )
+from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.realcgroup import CGROUP_ROOT, RealCgroups
 from tests.fixtures.waiting import wait_until
 
@@ -54,12 +56,12 @@ def kube_tree(real_cgroups: RealCgroups) -> Iterator[RealCgroups]:
     yield real_cgroups
 
 
-def test_pod_cgroups_created_and_removed(kube_tree: RealCgroups) -> None:
+def test_pod_cgroups_created_and_removed(kube_tree: RealCgroups, failures: ComponentFailures) -> None:
     kubepods = kube_tree.path("cpu", "kubepods")
     besteffort = kube_tree.path("cpu", "kubepods/besteffort")
     events = Events()
     pleg = Pleg([kubepods, besteffort], events)
-    pleg.start()
+    pleg.start(failures.callback("pleg"))
     try:
         assert pleg.watched == (str(kubepods), str(besteffort))
         be_pod = f"kubepods/besteffort/pod{uuid.uuid4()}"
@@ -80,12 +82,12 @@ def test_pod_cgroups_created_and_removed(kube_tree: RealCgroups) -> None:
         pleg.stop(5)
 
 
-def test_systemd_pod_slices(real_cgroups: RealCgroups) -> None:
+def test_systemd_pod_slices(real_cgroups: RealCgroups, failures: ComponentFailures) -> None:
     qos = "kubepods.slice/kubepods-burstable.slice"
     real_cgroups.mkdir(qos, subsystems=("cpu",))
     events = Events()
     pleg = Pleg([real_cgroups.path("cpu", qos)], events)
-    pleg.start()
+    pleg.start(failures.callback("pleg"))
     try:
         pod = f"{qos}/kubepods-burstable-pod{str(uuid.uuid4()).replace('-', '_')}.slice"
         real_cgroups.mkdir(pod, subsystems=("cpu",))
@@ -96,13 +98,13 @@ def test_systemd_pod_slices(real_cgroups: RealCgroups) -> None:
         pleg.stop(5)
 
 
-def test_qos_cgroup_created_later_and_recreated(real_cgroups: RealCgroups) -> None:
+def test_qos_cgroup_created_later_and_recreated(real_cgroups: RealCgroups, failures: ComponentFailures) -> None:
     real_cgroups.mkdir("kubepods", subsystems=("cpu",))
     kubepods = real_cgroups.path("cpu", "kubepods")
     besteffort = real_cgroups.path("cpu", "kubepods/besteffort")
     events = Events()
     pleg = Pleg([kubepods, besteffort], events, retry_interval_seconds=0.05)
-    pleg.start()
+    pleg.start(failures.callback("pleg"))
     try:
         assert pleg.watched == (str(kubepods),)
         real_cgroups.mkdir("kubepods/besteffort", subsystems=("cpu",))
@@ -127,7 +129,8 @@ def test_qos_cgroup_created_later_and_recreated(real_cgroups: RealCgroups) -> No
 
 
 @pytest.mark.parametrize("driver", list(CgroupDriver), ids=lambda d: d.value)
-def test_standalone_informer_follows_pods_of_either_driver(real_cgroups: RealCgroups, driver: CgroupDriver) -> None:
+def test_standalone_informer_follows_pods_of_either_driver(real_cgroups: RealCgroups, driver: CgroupDriver,
+                                                           failures: ComponentFailures, tmp_path: Path) -> None:
     """The agent's own wiring: the driver detected from the tree, the QoS directories ``pleg_dirs`` names in
     the hierarchy kubelet makes pods in (v1 ``cpu``, v2 the one hierarchy) and rescans driven by PLEG alone
     (the periodic sync is an hour away) find each pod and container as it comes and goes."""
@@ -139,7 +142,9 @@ def test_standalone_informer_follows_pods_of_either_driver(real_cgroups: RealCgr
     guess = detect_driver(layout, parent)
     assert (guess.driver, guess.guessed) == (driver, False), guess.reason
     config = Config()
-    config = replace(config, standalone=True, host=replace(config.host, cgroup_kube_parent=parent),
+    # kubelet's directory is the test's own: the default is the host's (tests/fixtures/isolation.py).
+    config = replace(config, standalone=True, host=replace(config.host, cgroup_kube_parent=parent,
+                                                           var_lib_kubelet_root_dir=str(tmp_path / "kubelet")),
                      kubelet=replace(config.kubelet, sync_interval_seconds=3600.0))
     plegs: list[Pleg] = []
 
@@ -151,8 +156,7 @@ def test_standalone_informer_follows_pods_of_either_driver(real_cgroups: RealCgr
     # v1: the cpu subsystem's copy of the tree; v2: the one hierarchy, the cgroup root itself.
     hierarchy = CGROUP_ROOT / "cpu" if real_cgroups.version == 1 else CGROUP_ROOT
     assert informer.pleg_dirs() == [str(hierarchy / parent / qos_dir(driver, q)) for q in KubeQoS]
-    failures: list[BaseException] = []
-    informer.start(failures.append)
+    informer.start(failures.callback("statesinformer"))
     try:
         assert plegs and plegs[0].watched == tuple(informer.pleg_dirs())
         assert informer.pods() == ()
@@ -182,6 +186,5 @@ def test_standalone_informer_follows_pods_of_either_driver(real_cgroups: RealCgr
         print(f"cgroup v{real_cgroups.version} {driver.value}: pleg watched {plegs[0].watched}, "
               f"{plegs[0].events} pod directory events, {informer.syncs} scans; "
               f"pods {sorted(d for _, d in wanted.values())}")
-        assert failures == []
     finally:
         informer.stop(5)

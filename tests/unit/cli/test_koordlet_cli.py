@@ -208,8 +208,11 @@ def run_until_signal(
     start_agent: Callable[[list[str]], Agent], sig: signal.Signals, state_dir: Path, host_flags: list[str]
 ) -> Agent:
     """Start ``koordlet run --standalone``, wait until it is up, send ``sig``, check the clean stop."""
+    # Private NRI socket and kubelet directory: the defaults are the host's (tests/fixtures/isolation.py).
     agent = start_agent(["run", "--standalone", "--log-format", "json", "--state-dir", str(state_dir),
-                         "--addr", "127.0.0.1:0", "--debug-socket=", *host_flags])
+                         "--addr", "127.0.0.1:0", "--debug-socket=",
+                         f"--runtime-hooks-nri-socket-path={state_dir.parent / 'no-nri.sock'}",
+                         f"--var-lib-kubelet-dir={state_dir.parent / 'kubelet'}", *host_flags])
     agent.wait_for("koordlet started", START_DEADLINE_SECONDS)
     assert agent.proc.poll() is None
     agent.proc.send_signal(sig)
@@ -262,7 +265,9 @@ def test_standalone_on_a_fake_host_stops_cleanly_on(
 def test_standalone_on_this_host_stops_cleanly_on(
     sig: signal.Signals, start_agent: Callable[[list[str]], Agent], tmp_path: Path
 ) -> None:
-    agent = run_until_signal(start_agent, sig, tmp_path / "state", [])
+    # A kube parent of its own (absent): the host's kubepods tree is not the test's.
+    private_parent = f"--cgroup-kube-parent=koordlet-test-{os.getpid()}"
+    agent = run_until_signal(start_agent, sig, tmp_path / "state", [private_parent])
     (node,) = agent.messages("node info")
     expected = node_info_fields(read_node_info(HostPaths()))
     assert {k: node[k] for k in expected} == expected

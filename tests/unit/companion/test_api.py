@@ -34,6 +34,7 @@ from koordlet.statesinformer.companion import (
     CompanionNodeSLOSource,
     token_from_file,
 )
+from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakekubelet import make_tls_files
 
 TOKEN = "s3cret-token"
@@ -125,26 +126,30 @@ def sample_status(pods: int = 3) -> NodeMetricStatus:
 class Source:
     """A running CompanionNodeSLOSource with its holder and a record of every change the holder made."""
 
-    def __init__(self, client: CompanionClient, persist_path: Path) -> None:
+    def __init__(self, client: CompanionClient, persist_path: Path,
+                 on_failure: Callable[[BaseException], None]) -> None:
+        """``reconnects`` counts the calls of ``on_reconnect`` (the NodeMetric runner's ``report_now``)."""
         self.holder = NodeSLOHolder()
         self.changes: list[Effective] = []
+        self.reconnects = 0
         self.holder.subscribe(self.changes.append)
         self.source = CompanionNodeSLOSource(client, self.holder, persist_path, initial_backoff_seconds=0.2,
-                                             max_backoff_seconds=1.0)
-        self.failures: list[BaseException] = []
-        self.source.start(self.failures.append)
+                                             max_backoff_seconds=1.0, on_reconnect=self._reconnected)
+        self.source.start(on_failure)
+
+    def _reconnected(self) -> None:
+        self.reconnects += 1
 
     def stop(self) -> None:
         self.source.stop(2.0)
-        assert not self.failures
 
 
 @pytest.fixture
-def make_source(tmp_path: Path) -> Iterator[Callable[[CompanionClient], Source]]:
+def make_source(tmp_path: Path, failures: ComponentFailures) -> Iterator[Callable[[CompanionClient], Source]]:
     made: list[Source] = []
 
     def make(client: CompanionClient) -> Source:
-        made.append(Source(client, tmp_path / "nodeslo.json"))
+        made.append(Source(client, tmp_path / "nodeslo.json", failures.callback(f"companion-nodeslo {len(made)}")))
         return made[-1]
 
     yield make
@@ -282,6 +287,7 @@ def test_a_dead_companion_changes_nothing_and_a_restarted_one_is_caught_up(
         source = make_source(client)
         assert wait_until(lambda: threshold(source.holder) == 61 and source.source.connected,
                           RECONNECT_DEADLINE_SECONDS)
+        assert source.reconnects == 0  # the first watch is no reconnection
         before = source.holder.current()
 
         server.stop(0.2)
@@ -299,6 +305,8 @@ def test_a_dead_companion_changes_nothing_and_a_restarted_one_is_caught_up(
         server = start_server(restarted, f"127.0.0.1:{port}")
         assert wait_until(lambda: threshold(source.holder) == 72, RECONNECT_DEADLINE_SECONDS)
         assert source.source.connects >= 2
+        # The restarted companion lost this node's figures: the reporter is asked for them at once.
+        assert source.reconnects == source.source.connects - 1
 
         restarted.set(NODE, SPEC_C)
         server.notify(NODE)
@@ -386,15 +394,14 @@ def test_backoff_doubles_from_one_second_to_thirty_with_jitter(tmp_path: Path) -
 
 
 def test_stop_ends_a_source_blocked_on_an_idle_watch(controller: FakeController, client: CompanionClient,
-                                                     tmp_path: Path) -> None:
+                                                     tmp_path: Path, failures: ComponentFailures) -> None:
     source = CompanionNodeSLOSource(client, NodeSLOHolder(), tmp_path / "nodeslo.json")
-    failures: list[BaseException] = []
-    source.start(failures.append)
+    source.start(failures.callback("companion-nodeslo"))
     assert wait_until(lambda: source.connected, RECONNECT_DEADLINE_SECONDS)
     stopper = threading.Thread(target=source.stop, args=(5.0,))
     stopper.start()
     stopper.join(5.0)
-    assert not stopper.is_alive() and not source.connected and not failures
+    assert not stopper.is_alive() and not source.connected
 
 
 def test_a_unix_socket_without_a_token_serves_the_embedded_case(controller: FakeController, tmp_path: Path) -> None:

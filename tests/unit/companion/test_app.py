@@ -16,6 +16,7 @@ from koordlet.companion.app import Companion, CompanionOptions
 from koordlet.qosmanager.evictor import CompanionEvictionAPI, EvictionFailed
 from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
+from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.waiting import wait_until
 
 TOKEN = "s3cret-token"
@@ -47,12 +48,13 @@ def companion(tmp_path: Path) -> Iterator[tuple[Companion, Path]]:
         instance.stop()
 
 
-def test_a_config_file_edit_reaches_the_koordlet(companion: tuple[Companion, Path], tmp_path: Path) -> None:
+def test_a_config_file_edit_reaches_the_koordlet(companion: tuple[Companion, Path], tmp_path: Path,
+                                                 failures: ComponentFailures) -> None:
     instance, path = companion
     holder = NodeSLOHolder()
     client = CompanionClient(f"127.0.0.1:{instance.server.port}", TOKEN, "node-1")
     source = CompanionNodeSLOSource(client, holder, tmp_path / "cache.json")
-    source.start(lambda exc: pytest.fail(f"source failed: {exc!r}"))
+    source.start(failures.callback("companion-nodeslo"))
     try:
         wait_until("the first NodeSLO", lambda: threshold(holder) == 60)
         path.write_text(configmap(70))
@@ -85,13 +87,13 @@ def test_reports_come_back_with_the_collect_policy(companion: tuple[Companion, P
 
 
 def test_the_nodeslo_watch_carries_the_collect_policy_before_any_report(
-        companion: tuple[Companion, Path], tmp_path: Path) -> None:
+        companion: tuple[Companion, Path], tmp_path: Path, failures: ComponentFailures) -> None:
     instance, _ = companion
     client = CompanionClient(f"127.0.0.1:{instance.server.port}", TOKEN, "node-1")
     policies: list[Any] = []
     sink = CompanionNodeMetricSink(client, on_policy=policies.append)
     source = CompanionNodeSLOSource(client, NodeSLOHolder(), tmp_path / "cache.json", on_policy=sink.offer_policy)
-    source.start(lambda exc: pytest.fail(f"source failed: {exc!r}"))
+    source.start(failures.callback("companion-nodeslo"))
     try:
         wait_until("the collect policy from the watch", lambda: policies)
     finally:

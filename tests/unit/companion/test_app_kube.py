@@ -20,6 +20,7 @@ from koordlet.companion.kube import make_api_client
 from koordlet.qosmanager.evictor import CompanionEvictionAPI, EvictionFailed
 from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
+from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakeapiserver import make_configmap, make_node
 from tests.fixtures.waiting import wait_until
 
@@ -81,11 +82,12 @@ def companion(cluster: Any) -> Iterator[Companion]:
         instance.stop()
 
 
-def koordlet_source(port: int, holder: NodeSLOHolder, tmp_path: Path) -> CompanionNodeSLOSource:
+def koordlet_source(port: int, holder: NodeSLOHolder, tmp_path: Path,
+                    failures: ComponentFailures) -> CompanionNodeSLOSource:
     client = CompanionClient(f"127.0.0.1:{port}", None, "node-1")
     source = CompanionNodeSLOSource(client, holder, tmp_path / "nodeslo-companion.json",
                                     initial_backoff_seconds=0.05, max_backoff_seconds=0.5)
-    source.start(lambda exc: pytest.fail(f"NodeSLO source failed: {exc!r}"))
+    source.start(failures.callback("companion-nodeslo"))
     return source
 
 
@@ -105,9 +107,10 @@ def batch(cluster: Any) -> tuple[str | None, str | None]:
     return allocatable.get("kubernetes.io/batch-cpu"), allocatable.get("kubernetes.io/batch-memory")
 
 
-def test_a_configmap_edit_reaches_the_koordlet(cluster: Any, companion: Companion, tmp_path: Path) -> None:
+def test_a_configmap_edit_reaches_the_koordlet(cluster: Any, companion: Companion, tmp_path: Path,
+                                               failures: ComponentFailures) -> None:
     holder = NodeSLOHolder()
-    source = koordlet_source(companion.server.port, holder, tmp_path)
+    source = koordlet_source(companion.server.port, holder, tmp_path, failures)
     try:
         wait_until("the first NodeSLO", lambda: threshold(holder) == 60)
         started = time.monotonic()
@@ -165,10 +168,11 @@ def test_one_leader_writes_and_the_other_takes_over(cluster: Any) -> None:
         second.stop()
 
 
-def test_a_companion_outage_keeps_the_last_good_nodeslo(cluster: Any, tmp_path: Path) -> None:
+def test_a_companion_outage_keeps_the_last_good_nodeslo(cluster: Any, tmp_path: Path,
+                                                        failures: ComponentFailures) -> None:
     holder = NodeSLOHolder()
     companion = start_companion(cluster)
-    source = koordlet_source(companion.server.port, holder, tmp_path)
+    source = koordlet_source(companion.server.port, holder, tmp_path, failures)
     try:
         wait_until("the first NodeSLO", lambda: threshold(holder) == 60)
         generation = holder.current().generation

@@ -34,10 +34,10 @@ from koordlet.companion.batchresource import (
     parse_node_reservation,
 )
 from koordlet.errors import ParseError
+from tests.conftest import shared_path
 
 NOW = 1_800_000_000.0
 G = 10**9
-SAMPLES = Path(__file__).resolve().parents[3] / ".." / "shared" / "reference" / "koordinator-samples"
 
 
 # ---------------------------------------------------------------------------------------------- builders
@@ -78,7 +78,9 @@ def metric(system_cpu: int, system_memory: int, pods: Sequence[PodMetricInfo] = 
 # ---------------------------------------------------------------------------------------------- upstream cases
 
 def _load_examples() -> dict[str, Any] | None:
-    path = SAMPLES / "batch-examples.json"
+    # Read at collection to name the cases; each case reads its file again through ``shared_dir``, which skips
+    # (or fails under CI) when ../shared is absent.
+    path = shared_path() / "reference" / "koordinator-samples" / "batch-examples.json"
     if not path.is_file():
         return None
     loaded: dict[str, Any] = json.loads(path.read_text())

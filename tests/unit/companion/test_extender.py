@@ -28,7 +28,6 @@ from koordlet.companion.extender import (
 )
 from koordlet.errors import ConfigError
 
-SAMPLE = Path("/work/shared/reference/koordinator-samples/related/koord-scheduler-config-load-aware.yaml")
 GI = 1 << 30
 NOW = 1_700_000_000.0
 
@@ -127,8 +126,9 @@ def test_defaults_are_upstreams() -> None:
     assert LoadAwareArgs.from_json({}) == args
 
 
-def test_sample_scheduler_config_loads() -> None:
-    args = LoadAwareArgs.load(SAMPLE)
+def test_sample_scheduler_config_loads(shared_dir: Path) -> None:
+    args = LoadAwareArgs.load(shared_dir / "reference" / "koordinator-samples" / "related"
+                              / "koord-scheduler-config-load-aware.yaml")
     assert args.node_metric_expiration_seconds == 300
     assert dict(args.usage_thresholds) == {"cpu": 75, "memory": 85}
     assert dict(args.prod_usage_thresholds) == {"cpu": 55, "memory": 65}

@@ -30,6 +30,7 @@ from koordlet.runtimehooks.framework import Hook, HookCallRecorder, HookContext,
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.probes import ProbeResult
 from tests.fixtures.debugclient import get, post
+from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.qosmanager.fakes import make_pod
 from tests.unit.resourceexecutor.fakes import FakeClock, MemoryAudit
@@ -134,12 +135,12 @@ def sock_dir() -> Iterator[Path]:
 
 
 @pytest.fixture
-def serve(sock_dir: Path) -> Iterator[Any]:
+def serve(sock_dir: Path, failures: ComponentFailures) -> Iterator[Any]:
     servers: list[DebugServer] = []
 
     def start(sources: DebugSources, path: Path | None = None) -> str:
         server = DebugServer(str(path or sock_dir / "run" / "debug.sock"), sources)
-        server.start(lambda exc: pytest.fail(f"debug server failed: {exc!r}"))
+        server.start(failures.callback("debugapi"))
         servers.append(server)
         return server.socket_path
 
@@ -434,9 +435,9 @@ def test_socket_is_0600_in_a_0700_directory(world: World, serve: Any, sock_dir: 
     assert stat.S_IMODE((sock_dir / "new").stat().st_mode) == 0o700
 
 
-def test_stop_removes_the_socket(world: World, sock_dir: Path) -> None:
+def test_stop_removes_the_socket(world: World, sock_dir: Path, failures: ComponentFailures) -> None:
     server = DebugServer(str(sock_dir / "debug.sock"), sources_of(world))
-    server.start(lambda exc: None)
+    server.start(failures.callback("debugapi"))
     running_before = server.running
     server.stop(5)
     assert (running_before, server.running) == (True, False)
@@ -452,21 +453,21 @@ def test_stale_socket_is_replaced(world: World, serve: Any, sock_dir: Path) -> N
     assert get(path, contract.STATUS)[0] == 200
 
 
-def test_non_socket_file_is_refused(world: World, sock_dir: Path) -> None:
+def test_non_socket_file_is_refused(world: World, sock_dir: Path, failures: ComponentFailures) -> None:
     target = sock_dir / "debug.sock"
     target.write_text("precious")
     server = DebugServer(str(target), sources_of(world))
     with pytest.raises(KoordletError, match="not a socket"):
-        server.start(lambda exc: None)
+        server.start(failures.callback("debugapi"))
     assert target.read_text() == "precious"
     server.stop(0)
 
 
-def test_live_socket_is_refused(world: World, serve: Any, sock_dir: Path) -> None:
+def test_live_socket_is_refused(world: World, serve: Any, sock_dir: Path, failures: ComponentFailures) -> None:
     path = serve(sources_of(world))
     second = DebugServer(path, sources_of(world))
     with pytest.raises(KoordletError, match="another process serves it"):
-        second.start(lambda exc: None)
+        second.start(failures.callback("second debugapi"))
     second.stop(0)
     assert get(path, contract.STATUS)[0] == 200
 

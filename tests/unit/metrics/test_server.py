@@ -18,6 +18,7 @@ from koordlet.metriccache import CacheSettings, MetricCache, labels_of, names
 from koordlet.metrics import KoordletMetrics, MetricsServer, serve
 from koordlet.metrics.server import parse_addr
 from koordlet.statesinformer.framework import PodMeta
+from tests.fixtures.failures import ComponentFailures
 
 NOW = 1_700_000_000.0
 
@@ -145,19 +146,17 @@ def test_port_in_use_names_the_address(metrics: KoordletMetrics) -> None:
             serve(metrics, f"127.0.0.1:{port}")
 
 
-def test_component_start_stop(metrics: KoordletMetrics) -> None:
+def test_component_start_stop(metrics: KoordletMetrics, failures: ComponentFailures) -> None:
     server = MetricsServer(metrics.routes, "127.0.0.1:0")
     component: Component = server  # checked by mypy: the daemon can own it
     assert component.name == "metrics-server"
-    failures: list[BaseException] = []
-    server.start(failures.append)
+    server.start(failures.callback("metrics-server"))
     try:
         with pytest.raises(RuntimeError, match="already started"):
-            server.start(failures.append)
+            server.start(failures.callback("metrics-server started twice"))
         assert get(server, "/healthz")[0] == 200
     finally:
         server.stop(5.0)
-    assert failures == [], "the server reported a failure while serving"
 
 
 def test_all_interfaces_address(metrics: KoordletMetrics) -> None:

@@ -20,6 +20,7 @@ from koordlet.metricsadvisor.advisor import MetricsAdvisor
 from koordlet.metricsadvisor.framework import FileGroup, Options
 from koordlet.metricsadvisor.registry import build_collectors
 from koordlet.statesinformer.framework import PodMeta
+from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.metricsadvisor.harness import T0, FakeClock, FakeInformer, make_options, make_pod, mkdirs
 
@@ -132,7 +133,8 @@ def test_a_failing_collector_neither_stops_the_others_nor_floods_the_log(
     assert [r.message for r in caplog.records] == ["collector failed"]
 
 
-def test_thread_runs_and_stops_and_reports_a_broken_loop(fake_host: FakeHost, tmp_path: Path) -> None:
+def test_thread_runs_and_stops_and_reports_a_broken_loop(fake_host: FakeHost, tmp_path: Path,
+                                                         failures: ComponentFailures) -> None:
     class Broken(FakeInformer):
         def pods(self) -> tuple[PodMeta, ...]:
             raise RuntimeError("informer gone")
@@ -148,25 +150,18 @@ def test_thread_runs_and_stops_and_reports_a_broken_loop(fake_host: FakeHost, tm
         ran.set()
 
     rec.collect = collect  # type: ignore[method-assign]
-    loop_failures: list[BaseException] = []
-    advisor.start(on_failure=loop_failures.append)  # pytest.fail in the loop's thread would fail nothing
+    advisor.start(failures.callback("metricsadvisor"))
     assert ran.wait(10.0)
     advisor.stop(5.0)
-    assert loop_failures == []
     assert rec.files is not None and rec.files.keys() == []  # stop closes the groups
 
-    failures: list[BaseException] = []
-    failed = threading.Event()
     broken = MetricsAdvisor(make_options(fake_host, tmp_path / "broken", Broken()), [Recorder("x", 1.0)])
-
-    def on_failure(exc: BaseException) -> None:
-        failures.append(exc)
-        failed.set()
-
-    broken.start(on_failure)
-    assert failed.wait(10.0)
-    broken.stop(5.0)
-    assert isinstance(failures[0], RuntimeError) and "informer gone" in str(failures[0])
+    broken.start(failures.callback("broken metricsadvisor"))
+    try:
+        error = failures.wait_for("broken metricsadvisor")
+    finally:
+        broken.stop(5.0)
+    assert isinstance(error, RuntimeError) and "informer gone" in str(error)
 
 
 def test_no_collectors_waits_a_second(fake_host: FakeHost, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
-from koordlet.qosmanager.cri import STOP_CONTAINER, CRIBackend, _endpoint, stop_container_request
+from koordlet.qosmanager.cri import CONTAINER_STATUS, STOP_CONTAINER, CRIBackend, _endpoint, stop_container_request
 from koordlet.qosmanager.evictor import EvictionFailed, Evictions
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from tests.unit.qosmanager.fakes import FakeClock, make_pod
@@ -88,16 +88,29 @@ def test_endpoint_normalisation(given: str, expected: str) -> None:
 
 @dataclass
 class FakeRuntime(grpc.GenericRpcHandler):  # type: ignore[misc]
-    """RuntimeService with StopContainer only; ``answers`` maps a container id to (code, details)."""
+    """RuntimeService with StopContainer and ContainerStatus; ``answers`` and ``status_answers`` map a container
+    id to the (code, details) of a failing StopContainer and ContainerStatus."""
 
     answers: dict[str, tuple[grpc.StatusCode, str]] = field(default_factory=dict)
+    status_answers: dict[str, tuple[grpc.StatusCode, str]] = field(default_factory=dict)
     requests: list[bytes] = field(default_factory=list)
+    status_requests: list[bytes] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def service(self, handler_call_details: Any) -> Any:
-        if handler_call_details.method != STOP_CONTAINER:
-            return None
-        return grpc.unary_unary_rpc_method_handler(self._stop)  # raw bytes in and out
+        if handler_call_details.method == STOP_CONTAINER:
+            return grpc.unary_unary_rpc_method_handler(self._stop)  # raw bytes in and out
+        if handler_call_details.method == CONTAINER_STATUS:
+            return grpc.unary_unary_rpc_method_handler(self._status)
+        return None
+
+    def _status(self, request: bytes, context: Any) -> bytes:
+        with self.lock:
+            self.status_requests.append(request)
+        answer = self.status_answers.get(decode(request)[1].decode())
+        if answer is not None:
+            context.abort(*answer)
+        return b""  # a status with no fields: the tests only ask whether the runtime has the container
 
     def _stop(self, request: bytes, context: Any) -> bytes:
         with self.lock:
@@ -153,6 +166,29 @@ def test_not_found_is_tolerated_and_the_rest_are_stopped(runtime: tuple[FakeRunt
     handler.answers["be-a"] = (grpc.StatusCode.NOT_FOUND, "container be-a not found")
     cri.evict(two_container_pod(), "r", "m")
     assert [decode(r)[1] for r in handler.requests] == [b"be-a", b"be-b"]
+
+
+def test_each_stopped_container_is_looked_up(runtime: tuple[FakeRuntime, str], cri: CRIBackend) -> None:
+    handler, _ = runtime
+    cri.evict(two_container_pod(), "r", "m")
+    assert [decode(r) for r in handler.status_requests] == [{1: b"be-a"}, {1: b"be-b"}]
+
+
+@pytest.mark.parametrize("runtime_version", ["1.6", "1.7"])
+def test_a_pod_the_runtime_knows_no_container_of_is_not_evicted(runtime: tuple[FakeRuntime, str], cri: CRIBackend,
+                                                                 runtime_version: str) -> None:
+    # An id the runtime never had: containerd 1.6 answers StopContainer with NOT_FOUND, 1.7 with success and
+    # ContainerStatus with NOT_FOUND (tests/integration/qosmanager/test_cri_evictor_real.py).  Nothing was
+    # stopped, so the eviction fails rather than counting as done.
+    handler, socket = runtime
+    for container in ("be-a", "be-b"):
+        answers = handler.answers if runtime_version == "1.6" else handler.status_answers
+        answers[container] = (grpc.StatusCode.NOT_FOUND, f"container {container} not found")
+    with pytest.raises(EvictionFailed) as caught:
+        cri.evict(two_container_pod(), "r", "m")
+    assert str(caught.value) == (f"CRI StopContainer: the runtime on unix://{socket} knows no container of pod "
+                                 "default/be (be-a, be-b): removed meanwhile, or qos.runtimeEndpoint is not the "
+                                 "runtime that runs the pods")
 
 
 @pytest.mark.parametrize("code", [grpc.StatusCode.INTERNAL, grpc.StatusCode.PERMISSION_DENIED,

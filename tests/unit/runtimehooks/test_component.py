@@ -16,6 +16,7 @@ from koordlet.runtimehooks import component
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRunner
 from koordlet.runtimehooks.hooks import batchresource
+from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakenri import FakeNriRuntime
 
 
@@ -27,14 +28,14 @@ class NoPods:
         pass
 
 
-def test_nri_starts_when_the_socket_appears_and_stops_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nri_starts_when_the_socket_appears_and_stops_cleanly(monkeypatch: pytest.MonkeyPatch,
+                                                              failures: ComponentFailures) -> None:
     monkeypatch.setattr(component, "NRI_SOCKET_POLL_SECONDS", 0.05)
     with tempfile.TemporaryDirectory(prefix="kcmp-") as tmp:
         socket = str(Path(tmp) / "nri.sock")
         config = RuntimeHooksConfig(enable_server=False, nri_socket_path=socket)
         hooks = component.RuntimeHooks(config, HookRunner([batchresource.new()]), Applier(lambda u: []), NoPods())
-        failures: list[BaseException] = []
-        hooks.start(failures.append)
+        hooks.start(failures.callback("runtimehooks"))
         time.sleep(0.2)
         assert hooks.nri is None, "no socket: no plugin yet"
 
@@ -57,15 +58,15 @@ def test_nri_starts_when_the_socket_appears_and_stops_cleanly(monkeypatch: pytes
         assert hooks.nri is not None and hooks.nri.stats.registrations == 1
         started = time.monotonic()
         hooks.stop(5)
-        assert time.monotonic() - started < 5 and failures == []
+        assert time.monotonic() - started < 5
         thread.join(10)
 
 
-def test_stop_before_any_socket_is_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stop_before_any_socket_is_prompt(monkeypatch: pytest.MonkeyPatch, failures: ComponentFailures) -> None:
     monkeypatch.setattr(component, "NRI_SOCKET_POLL_SECONDS", 30.0)
     config = RuntimeHooksConfig(enable_server=False, nri_socket_path="/nonexistent/koordlet-test/nri.sock")
     hooks = component.RuntimeHooks(config, HookRunner([]), Applier(lambda u: []), NoPods())
-    hooks.start(lambda exc: pytest.fail(repr(exc)))
+    hooks.start(failures.callback("runtimehooks"))
     started = time.monotonic()
     hooks.stop(5)
     assert time.monotonic() - started < 2

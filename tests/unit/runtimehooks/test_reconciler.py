@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ import pytest
 
 from koordlet.apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_QOS
 from koordlet.apis.pod import pod_from_json
+from koordlet.cli.agent import cgroup_incarnation
 from koordlet.resourceexecutor.executor import ResourceExecutor
 from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
 from koordlet.runtimehooks.apply import Applier
@@ -25,6 +26,7 @@ from koordlet.runtimehooks.reconciler import Reconciler
 from koordlet.statesinformer.framework import PodMeta, PodsCallback
 from koordlet.statesinformer.informer import kubelet_pod_meta
 from koordlet.system.kubepaths import CgroupDriver
+from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.resourceexecutor.fakes import FakeClock, MemoryAudit
 
@@ -138,10 +140,13 @@ class Env:
     recorder: Recorder
 
     def reconciler(self, policy: FailurePolicy = FailurePolicy.IGNORE, informer: Any = None,
-                   interval_seconds: float = 10.0) -> Reconciler:
+                   interval_seconds: float = 10.0, *, incarnations: bool = False) -> Reconciler:
         runner = HookRunner(build_hooks(HookDeps(gates=GATES)), policy=policy)
+        layout = self.host.layout()
         return Reconciler(runner, Applier(self.recorder), informer or FakeInformer([]),
-                          interval_seconds=interval_seconds)
+                          interval_seconds=interval_seconds,
+                          incarnation=(lambda rel: cgroup_incarnation(layout, rel)) if incarnations else None,
+                          forget=self.recorder.executor.forget_cgroup if incarnations else None)
 
     def make_dirs(self, pods: Iterable[PodMeta]) -> None:
         for pod in pods:
@@ -296,6 +301,50 @@ def test_a_changed_pod_gets_its_new_values(env: Env) -> None:
     assert env.read(LS_DIR, "cpuset.cpus") == "0-1"
 
 
+def remake(env: Env, pod: PodMeta) -> None:
+    """The pod's cgroups removed and made again under the same names, with the runtime's defaults."""
+    for container in pod.containers:
+        env.host.rmdir_cgroup(container.cgroup_dir)
+    env.host.rmdir_cgroup(pod.cgroup_dir)
+    env.make_dirs([pod])
+    assert env.read(BE_DIR, "cpu.shares") == "1024"
+
+
+def test_a_pod_cgroup_made_again_gets_its_values_within_the_force_update_window(env: Env) -> None:
+    pods = [be_pod()]
+    env.make_dirs(pods)
+    reconciler = env.reconciler(incarnations=True)
+    reconciler.reconcile(pods)
+    remake(env, pods[0])
+    env.clock.advance(1)  # far inside the executor's force-update window
+    reconciler.reconcile(pods)
+    assert env.read(BE_DIR, "cpu.shares") == "512"
+    assert env.read(BE_POD_DIR, "memory.limit_in_bytes") == str(256 * MI)
+
+
+def test_values_written_before_the_reconciler_saw_the_pod_are_not_trusted(env: Env) -> None:
+    # NRI wrote the pod's values at sandbox creation, then kubelet retried the pod: same directory names,
+    # new directories.  The reconciler's first sight of the pod must not skip them as already written.
+    pods = [be_pod()]
+    env.make_dirs(pods)
+    env.reconciler().reconcile(pods)  # the writes of another transport, through the same executor
+    remake(env, pods[0])
+    env.reconciler(incarnations=True).reconcile(pods)
+    assert env.read(BE_DIR, "cpu.shares") == "512"
+
+
+def test_without_incarnations_a_remade_cgroup_waits_for_the_force_update(env: Env) -> None:
+    # The behaviour the incarnation check exists for: the executor trusts its cache for its window.
+    pods = [be_pod()]
+    env.make_dirs(pods)
+    reconciler = env.reconciler()
+    reconciler.reconcile(pods)
+    remake(env, pods[0])
+    env.clock.advance(1)
+    reconciler.reconcile(pods)
+    assert env.read(BE_DIR, "cpu.shares") == "1024"
+
+
 # --- failures -------------------------------------------------------------------------------------------
 
 
@@ -377,23 +426,16 @@ def test_a_vanished_cgroup_is_a_race_not_a_failure(env: Env, caplog: pytest.LogC
 # --- the loop -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def failures() -> Iterator[list[BaseException]]:
-    seen: list[BaseException] = []
-    yield seen
-    assert seen == []
-
-
 def reconciler_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == Reconciler.name]
 
 
-def test_pod_changes_wake_the_loop_and_stop_is_prompt(env: Env, failures: list[BaseException]) -> None:
+def test_pod_changes_wake_the_loop_and_stop_is_prompt(env: Env, failures: ComponentFailures) -> None:
     first, second = be_pod(), ls_pod()
     env.make_dirs([first, second])
     informer = FakeInformer([first])
     reconciler = env.reconciler(informer=informer, interval_seconds=3600)
-    reconciler.start(failures.append)
+    reconciler.start(failures.callback("runtimehooks-reconciler"))
     try:
         assert env.recorder.wait_for(lambda rs: (BE_DIR, "cpu_shares", "512") in written(rs))
         assert reconciler.rounds >= 1
@@ -409,25 +451,18 @@ def test_pod_changes_wake_the_loop_and_stop_is_prompt(env: Env, failures: list[B
     assert not reconciler_threads()
 
 
-def test_a_bug_in_a_round_reaches_on_failure(env: Env) -> None:
+def test_a_bug_in_a_round_reaches_on_failure(env: Env, failures: ComponentFailures) -> None:
     class Broken(FakeInformer):
         def pods(self) -> Sequence[PodMeta]:
             return [None]  # type: ignore[list-item]  # a bug: the loop must report it, not die silently
 
-    seen: list[BaseException] = []
-    done = threading.Event()
-
-    def on_failure(exc: BaseException) -> None:
-        seen.append(exc)
-        done.set()
-
     reconciler = env.reconciler(informer=Broken([]), interval_seconds=3600)
-    reconciler.start(on_failure)
+    reconciler.start(failures.callback("runtimehooks-reconciler"))
     try:
-        assert done.wait(5.0)
+        error = failures.wait_for("runtimehooks-reconciler")
     finally:
         reconciler.stop(5.0)
-    assert len(seen) == 1 and isinstance(seen[0], AttributeError)
+    assert isinstance(error, AttributeError)  # and nothing else reported: the fixture fails on any other
     assert not reconciler_threads()
 
 

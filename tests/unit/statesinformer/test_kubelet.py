@@ -295,7 +295,8 @@ def test_connection_refused() -> None:
         port = holder.getsockname()[1]
         observed = Observations()
         with pytest.raises(KubeletError) as info:
-            KubeletClient(KubeletOptions(port=port, timeout_seconds=1.0), observe=observed).get_pods()
+            # No token file: the default is the host's service account token (tests/fixtures/isolation.py).
+            KubeletClient(KubeletOptions(port=port, timeout_seconds=1.0, token_file=""), observe=observed).get_pods()
     assert info.value.outcome == "refused"
     assert f"GET https://127.0.0.1:{port}/pods/: connection refused" in str(info.value)
     assert observed.outcomes == ["refused"]

@@ -38,6 +38,7 @@ from koordlet.statesinformer.nodemetric import (
     next_slot,
 )
 from koordlet.system.kubepaths import KubeQoS
+from tests.fixtures.failures import ComponentFailures
 
 NOW = 1_748_144_198.0
 MIB = 1024 * 1024
@@ -343,54 +344,69 @@ def test_next_slot_keeps_the_cadence(previous: float, now: float, expected: floa
     assert next_slot(previous, 5.0, now) == expected
 
 
-def test_runner_reports_on_schedule(cache: MetricCache, clock: Clock) -> None:
+def test_runner_reports_on_schedule(cache: MetricCache, clock: Clock, failures: ComponentFailures) -> None:
     script_node(cache)
     reporter = Recorder()
     runner = NodeMetricRunner(cache, Pods(), [reporter], fast_policy(), clock=clock)
-    failures: list[BaseException] = []
-    runner.start(failures.append)
+    runner.start(failures.callback("nodemetric"))
     try:
         assert reporter.wait_calls(3), "no three reports within 5 s at a 20 ms interval"
     finally:
         runner.stop(5.0)
-    assert runner.failures == 0 and failures == []
+    assert runner.failures == 0
     assert runner.rounds >= 3
     assert all(s.update_time == NOW for s in reporter.statuses)
     assert reporter.statuses[0].node_metric is not None
     assert reporter.statuses[0].node_metric.to_json()["nodeUsage"] == FIVE_MINUTES["avg"]
 
 
-def test_first_report_waits_one_interval_and_stop_is_prompt(cache: MetricCache) -> None:
+def test_first_report_waits_one_interval_and_stop_is_prompt(cache: MetricCache, failures: ComponentFailures) -> None:
     reporter = Recorder()
     runner = NodeMetricRunner(cache, Pods(), [reporter], NodeMetricCollectPolicy(report_interval_seconds=3600))
-    runner.start(lambda exc: None)
+    runner.start(failures.callback("nodemetric"))
     started = time.monotonic()
     runner.stop(5.0)
     assert time.monotonic() - started < 2.0, "stop waited for the report interval"
     assert reporter.calls == 0 and runner.rounds == 0
 
 
-def test_failed_rounds_are_counted_not_fatal(cache: MetricCache, caplog: pytest.LogCaptureFixture) -> None:
+def test_report_now_runs_a_round_at_once_and_keeps_the_cadence(cache: MetricCache,
+                                                               failures: ComponentFailures) -> None:
+    reporter = Recorder()
+    runner = NodeMetricRunner(cache, Pods(), [reporter], NodeMetricCollectPolicy(report_interval_seconds=3600))
+    runner.start(failures.callback("nodemetric"))
+    try:
+        runner.report_now()  # a companion came back: it gets the node's figures without waiting an hour
+        assert reporter.wait_calls(1), "report_now did not run a round"
+        runner.report_now()
+        assert reporter.wait_calls(2)
+        assert not reporter.wait_calls(3, timeout_seconds=0.3), "a round ran without being due or asked for"
+    finally:
+        runner.stop(5.0)
+    assert runner.rounds == 2
+
+
+def test_failed_rounds_are_counted_not_fatal(cache: MetricCache, caplog: pytest.LogCaptureFixture,
+                                             failures: ComponentFailures) -> None:
     reporter = Recorder(fail_on=[1, 2])
     runner = NodeMetricRunner(cache, Pods(), [reporter], fast_policy())
-    failures: list[BaseException] = []
-    runner.start(failures.append)
+    runner.start(failures.callback("nodemetric"))
     try:
         assert reporter.wait_calls(4)
     finally:
         runner.stop(5.0)
-    assert runner.failures == 2 and failures == []
+    assert runner.failures == 2
     assert len(reporter.statuses) >= 2
     assert any(r.getMessage() == "NodeMetric report failed" for r in caplog.records)
 
 
-def test_a_broken_build_is_counted(clock: Clock) -> None:
+def test_a_broken_build_is_counted(clock: Clock, failures: ComponentFailures) -> None:
     broken = FailingCache()
     reporter = Recorder()
     runner = NodeMetricRunner(broken, Pods(), [reporter], fast_policy(), clock=clock)
     with pytest.raises(RuntimeError, match="cache is broken"):
         runner.run_once()
-    runner.start(lambda exc: None)
+    runner.start(failures.callback("nodemetric"))
     try:
         assert broken.wait_queries(3), "the runner stopped trying after a failed round"
     finally:
@@ -420,31 +436,24 @@ def test_recorder_sees_each_built_status(cache: MetricCache, clock: Clock) -> No
     assert seen == [runner.run_once()]
 
 
-def test_an_escaping_base_exception_reports_the_failure(cache: MetricCache) -> None:
+def test_an_escaping_base_exception_reports_the_failure(cache: MetricCache, failures: ComponentFailures) -> None:
     class Fatal(BaseException):
         pass
 
     reporter = Recorder(fail_on=[1], error=Fatal("out of memory"))
     runner = NodeMetricRunner(cache, Pods(), [reporter], fast_policy())
-    died = threading.Event()
-    errors: list[BaseException] = []
-
-    def on_failure(exc: BaseException) -> None:
-        errors.append(exc)
-        died.set()
-
-    runner.start(on_failure)
+    runner.start(failures.callback("nodemetric"))
     try:
-        assert died.wait(5.0)
+        error = failures.wait_for("nodemetric")
     finally:
         runner.stop(5.0)
-    assert isinstance(errors[0], Fatal)
+    assert isinstance(error, Fatal)
 
 
-def test_policy_change_takes_effect_next_round(cache: MetricCache) -> None:
+def test_policy_change_takes_effect_next_round(cache: MetricCache, failures: ComponentFailures) -> None:
     reporter = Recorder()
     runner = NodeMetricRunner(cache, Pods(), [reporter], fast_policy())
-    runner.start(lambda exc: None)
+    runner.start(failures.callback("nodemetric"))
     try:
         assert reporter.wait_calls(1)
         slow = NodeMetricCollectPolicy(report_interval_seconds=3600)
@@ -457,12 +466,12 @@ def test_policy_change_takes_effect_next_round(cache: MetricCache) -> None:
         runner.stop(5.0)
 
 
-def test_a_shorter_interval_brings_the_next_report_forward(cache: MetricCache) -> None:
+def test_a_shorter_interval_brings_the_next_report_forward(cache: MetricCache, failures: ComponentFailures) -> None:
     # The companion's policy arrives while the first report is an hour away: it is due within the new
     # interval, not after the hour (a node would otherwise report nothing for the default 60 s).
     reporter = Recorder()
     runner = NodeMetricRunner(cache, Pods(), [reporter], NodeMetricCollectPolicy(report_interval_seconds=3600))
-    runner.start(lambda exc: None)
+    runner.start(failures.callback("nodemetric"))
     try:
         runner.set_policy(fast_policy())
         assert reporter.wait_calls(2), "the 20 ms interval did not replace the hour-long wait"
@@ -470,17 +479,17 @@ def test_a_shorter_interval_brings_the_next_report_forward(cache: MetricCache) -
         runner.stop(5.0)
 
 
-def test_runner_is_a_component_that_starts_once(cache: MetricCache) -> None:
+def test_runner_is_a_component_that_starts_once(cache: MetricCache, failures: ComponentFailures) -> None:
     runner = NodeMetricRunner(cache, Pods(), [])
     component: Component = runner  # checked by mypy: the daemon can own it
     assert component.name == "nodemetric"
-    runner.start(lambda exc: None)
+    runner.start(failures.callback("nodemetric"))
     try:
         with pytest.raises(RuntimeError, match="already started"):
-            runner.start(lambda exc: None)
+            runner.start(failures.callback("nodemetric"))
     finally:
         runner.stop(5.0)
-    runner.start(lambda exc: None)  # a stopped runner may start again
+    runner.start(failures.callback("nodemetric"))  # a stopped runner may start again
     runner.stop(5.0)
 
 

@@ -14,6 +14,7 @@ import pytest
 from koordlet import native
 from koordlet.errors import CgroupGone, NativeError
 from koordlet.statesinformer.pleg import WATCH_MASK, Pleg, is_pod_dir_name
+from tests.fixtures.failures import ComponentFailures
 
 UID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
 LOGGER = "koordlet.statesinformer.pleg"
@@ -50,12 +51,12 @@ def wait_until(predicate: Callable[[], bool], timeout_seconds: float = 5.0) -> b
 
 
 @pytest.fixture
-def run_pleg() -> Iterator[Callable[..., Pleg]]:
+def run_pleg(failures: ComponentFailures) -> Iterator[Callable[..., Pleg]]:
     started: list[Pleg] = []
 
     def run(*args: object, **kwargs: object) -> Pleg:
         pleg = Pleg(*args, **kwargs)  # type: ignore[arg-type]
-        pleg.start()
+        pleg.start(failures.callback("pleg"))
         started.append(pleg)
         return pleg
 
@@ -197,7 +198,7 @@ def test_callback_error_does_not_stop_events(
     assert [r.getMessage() for r in caplog.records] == ["pleg event callback failed"]
 
 
-def test_stop_is_prompt_and_releases_the_fd(tmp_path: Path) -> None:
+def test_stop_is_prompt_and_releases_the_fd(tmp_path: Path, failures: ComponentFailures) -> None:
     opened: list[native.Inotify] = []
 
     def factory() -> native.Inotify:
@@ -205,7 +206,7 @@ def test_stop_is_prompt_and_releases_the_fd(tmp_path: Path) -> None:
         return opened[-1]
 
     pleg = Pleg([tmp_path], Events(), inotify_factory=factory)
-    pleg.start()
+    pleg.start(failures.callback("pleg"))
     began = time.monotonic()
     pleg.stop(5)
     # Woken through its pipe, not by a timeout: far below the 5 s allowed.
@@ -257,12 +258,13 @@ class ScriptedInotify:
         os.close(self._w)
 
 
-def test_queue_overflow_asks_for_a_resync(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_queue_overflow_asks_for_a_resync(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                          failures: ComponentFailures) -> None:
     caplog.set_level(logging.WARNING, logger=LOGGER)
     fake = ScriptedInotify()
     events = Events()
     pleg = Pleg([tmp_path], events, inotify_factory=lambda: fake)
-    pleg.start()
+    pleg.start(failures.callback("pleg"))
     try:
         fake.push(native.InotifyEvent(-1, native.IN_Q_OVERFLOW, ""))
         assert events.wait(1)
@@ -274,11 +276,11 @@ def test_queue_overflow_asks_for_a_resync(tmp_path: Path, caplog: pytest.LogCapt
     assert fake.closed
 
 
-def test_events_read_together_make_one_call(tmp_path: Path) -> None:
+def test_events_read_together_make_one_call(tmp_path: Path, failures: ComponentFailures) -> None:
     fake = ScriptedInotify()
     events = Events()
     pleg = Pleg([tmp_path], events, inotify_factory=lambda: fake)
-    pleg.start()
+    pleg.start(failures.callback("pleg"))
     try:
         wd = fake.watches[str(tmp_path)]
         fake.push(*(native.InotifyEvent(wd, native.IN_CREATE | native.IN_ISDIR, f"pod{i}") for i in range(5)))
@@ -290,14 +292,14 @@ def test_events_read_together_make_one_call(tmp_path: Path) -> None:
         pleg.stop(5)
 
 
-def test_silently_removed_directory_is_found_by_the_check(tmp_path: Path) -> None:
+def test_silently_removed_directory_is_found_by_the_check(tmp_path: Path, failures: ComponentFailures) -> None:
     # What cgroupfs does: the directory goes and comes back, and the watch hears nothing of it.
     besteffort = tmp_path / "besteffort"
     besteffort.mkdir()
     fake = ScriptedInotify()
     events = Events()
     pleg = Pleg([besteffort], events, inotify_factory=lambda: fake, retry_interval_seconds=0.01)
-    pleg.start()
+    pleg.start(failures.callback("pleg"))
     try:
         besteffort.rmdir()
         assert wait_until(lambda: pleg.watched == ())
@@ -310,13 +312,13 @@ def test_silently_removed_directory_is_found_by_the_check(tmp_path: Path) -> Non
         pleg.stop(5)
 
 
-def test_child_removed_in_a_watched_parent_is_dropped_at_once(tmp_path: Path) -> None:
+def test_child_removed_in_a_watched_parent_is_dropped_at_once(tmp_path: Path, failures: ComponentFailures) -> None:
     kubepods = tmp_path / "kubepods"
     besteffort = kubepods / "besteffort"
     besteffort.mkdir(parents=True)
     fake = ScriptedInotify()
     pleg = Pleg([kubepods, besteffort], Events(), inotify_factory=lambda: fake, retry_interval_seconds=3600)
-    pleg.start()
+    pleg.start(failures.callback("pleg"))
     try:
         besteffort.rmdir()
         fake.push(native.InotifyEvent(fake.watches[str(kubepods)], native.IN_DELETE | native.IN_ISDIR, "besteffort"))
@@ -326,13 +328,13 @@ def test_child_removed_in_a_watched_parent_is_dropped_at_once(tmp_path: Path) ->
         pleg.stop(5)
 
 
-def test_start_fails_when_inotify_is_unavailable(tmp_path: Path) -> None:
+def test_start_fails_when_inotify_is_unavailable(tmp_path: Path, failures: ComponentFailures) -> None:
     def factory() -> native.Inotify:
         raise NativeError(24, "inotify_init1: Too many open files")
 
     pleg = Pleg([tmp_path], Events(), inotify_factory=factory)
     with pytest.raises(NativeError):
-        pleg.start()
+        pleg.start(failures.callback("pleg"))
 
 
 class CountingInotify(native.Inotify):

@@ -16,6 +16,7 @@ from koordlet.errors import NativeError
 from koordlet.statesinformer.kubelet import KubeletClient, KubeletError
 from koordlet.statesinformer.pleg import Pleg
 from koordlet.statesinformer.podsource import KubeletPodSource
+from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakekubelet import FakeKubelet, Fault, make_pod, pod_list
 
 LOGGER = "koordlet.statesinformer.podsource"
@@ -72,7 +73,8 @@ class ListClient:
 
 
 @pytest.fixture
-def sources() -> Iterator[Callable[..., KubeletPodSource]]:
+def sources(failures: ComponentFailures) -> Iterator[Callable[..., KubeletPodSource]]:
+    # Requests ``failures`` so that it outlives the sources: a failure while one stops still fails the test.
     made: list[KubeletPodSource] = []
 
     def make(*args: Any, **kwargs: Any) -> KubeletPodSource:
@@ -98,12 +100,13 @@ def records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRec
 # ------------------------------------------------------------------------------------------- delivery
 
 
-def test_first_sync_delivers_sorted_pods(fake_kubelet: FakeKubelet, sources: Callable[..., KubeletPodSource]) -> None:
+def test_first_sync_delivers_sorted_pods(fake_kubelet: FakeKubelet, sources: Callable[..., KubeletPodSource],
+                                         failures: ComponentFailures) -> None:
     fake_kubelet.set_pods([make_pod("web", "shop"), make_pod("api", "shop"), make_pod("job", "batch")])
     delivered = Delivered()
     source = sources(KubeletClient(fake_kubelet.options()), LONG, delivered, min_trigger_interval_seconds=0)
     assert source.pods() == []
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert source.wait_synced(5)
     assert delivered.wait(1)
     assert delivered.names() == ["job", "api", "web"]
@@ -112,19 +115,21 @@ def test_first_sync_delivers_sorted_pods(fake_kubelet: FakeKubelet, sources: Cal
     assert source.last_success_at is not None
 
 
-def test_an_empty_first_list_is_delivered(sources: Callable[..., KubeletPodSource]) -> None:
+def test_an_empty_first_list_is_delivered(sources: Callable[..., KubeletPodSource],
+                                          failures: ComponentFailures) -> None:
     delivered = Delivered()
-    sources(ListClient(), LONG, delivered).start()
+    sources(ListClient(), LONG, delivered).start(failures.callback("kubelet-pods"))
     assert delivered.wait(1)
     assert delivered.lists == [[]]
 
 
-def test_only_changes_are_delivered(fake_kubelet: FakeKubelet, sources: Callable[..., KubeletPodSource]) -> None:
+def test_only_changes_are_delivered(fake_kubelet: FakeKubelet, sources: Callable[..., KubeletPodSource],
+                                    failures: ComponentFailures) -> None:
     web, api = make_pod("web"), make_pod("api")
     fake_kubelet.set_pods([web, api])
     delivered = Delivered()
     source = sources(KubeletClient(fake_kubelet.options()), LONG, delivered, min_trigger_interval_seconds=0)
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert source.wait_for_attempts(1, 5)
 
     # Same pods in another order, with status churn koordlet does not parse: not a change.
@@ -149,13 +154,13 @@ def test_only_changes_are_delivered(fake_kubelet: FakeKubelet, sources: Callable
 
 
 def test_consumer_error_is_logged_and_the_source_goes_on(
-    sources: Callable[..., KubeletPodSource], caplog: pytest.LogCaptureFixture
+    sources: Callable[..., KubeletPodSource], caplog: pytest.LogCaptureFixture, failures: ComponentFailures
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     client = ListClient([make_pod("web")])
     delivered = Delivered(fail=True)
     source = sources(client, LONG, delivered, min_trigger_interval_seconds=0)
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert delivered.wait(1)
     client.pods = pods_from_podlist(pod_list([make_pod("api")]))
     sync(source, 2)  # returns once the attempt, its delivery included, is over
@@ -183,7 +188,7 @@ def test_failures_keep_the_last_good_list(
     sources: Callable[..., KubeletPodSource],
     caplog: pytest.LogCaptureFixture,
     fault: Fault,
-    outcome: str,
+    outcome: str, failures: ComponentFailures
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     fake_kubelet.set_pods([make_pod("web"), make_pod("api")])
@@ -191,7 +196,7 @@ def test_failures_keep_the_last_good_list(
     client = KubeletClient(fake_kubelet.options(timeout_seconds=0.3), observe=lambda o, _s: observed.append(o))
     delivered = Delivered()
     source = sources(client, LONG, delivered, min_trigger_interval_seconds=0)
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert delivered.wait(1)
     good = source.pods()
 
@@ -218,10 +223,10 @@ def test_failures_keep_the_last_good_list(
 
 
 def test_each_streak_logs_once(fake_kubelet: FakeKubelet, sources: Callable[..., KubeletPodSource],
-                               caplog: pytest.LogCaptureFixture) -> None:
+                               caplog: pytest.LogCaptureFixture, failures: ComponentFailures) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     source = sources(KubeletClient(fake_kubelet.options()), LONG, Delivered(), min_trigger_interval_seconds=0)
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert source.wait_for_attempts(1, 5)
     fake_kubelet.fail_next(2, Fault.HTTP_500)
     sync(source, 2)
@@ -241,13 +246,13 @@ def test_each_streak_logs_once(fake_kubelet: FakeKubelet, sources: Callable[...,
 
 
 def test_failure_before_any_success(sources: Callable[..., KubeletPodSource],
-                                    caplog: pytest.LogCaptureFixture) -> None:
+                                    caplog: pytest.LogCaptureFixture, failures: ComponentFailures) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     client = ListClient([make_pod("web")])
     client.error = KubeletError("refused", "GET https://127.0.0.1:10250/pods/: connection refused")
     delivered = Delivered()
     source = sources(client, LONG, delivered, min_trigger_interval_seconds=0)
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert source.wait_for_attempts(1, 5)
     assert not source.wait_synced(0)
     assert source.pods() == [] and delivered.lists == []
@@ -262,13 +267,13 @@ def test_failure_before_any_success(sources: Callable[..., KubeletPodSource],
 
 
 def test_unexpected_client_error_is_a_failure_with_traceback(
-    sources: Callable[..., KubeletPodSource], caplog: pytest.LogCaptureFixture
+    sources: Callable[..., KubeletPodSource], caplog: pytest.LogCaptureFixture, failures: ComponentFailures
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     client = ListClient()
     client.error = ZeroDivisionError("bug")
     source = sources(client, LONG, Delivered(), min_trigger_interval_seconds=0)
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert source.wait_for_attempts(1, 5)
     sync(source, 2)
     assert source.sync_errors == 2 and source.last_error == "ZeroDivisionError: bug"
@@ -279,18 +284,19 @@ def test_unexpected_client_error_is_a_failure_with_traceback(
 # ------------------------------------------------------------------------------------------- schedule
 
 
-def test_periodic_sync(sources: Callable[..., KubeletPodSource]) -> None:
+def test_periodic_sync(sources: Callable[..., KubeletPodSource], failures: ComponentFailures) -> None:
     client = ListClient()
     source = sources(client, 0.02, Delivered())
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert source.wait_for_attempts(3, 5)
 
 
-def test_triggers_are_rate_limited_and_merged(sources: Callable[..., KubeletPodSource]) -> None:
+def test_triggers_are_rate_limited_and_merged(sources: Callable[..., KubeletPodSource],
+                                              failures: ComponentFailures) -> None:
     clock = FakeClock()
     client = ListClient()
     source = sources(client, 10.0, Delivered(), clock, min_trigger_interval_seconds=0.2)
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert source.wait_for_attempts(1, 5)
 
     # The clock stands still: triggers right after a sync wait until the clock reaches +0.2 s.
@@ -335,14 +341,14 @@ def test_rejects_bad_intervals(kwargs: dict[str, float], message: str) -> None:
 
 
 def test_pod_directory_event_triggers_a_sync(
-    fake_kubelet: FakeKubelet, sources: Callable[..., KubeletPodSource], tmp_path: Path
+    fake_kubelet: FakeKubelet, sources: Callable[..., KubeletPodSource], tmp_path: Path, failures: ComponentFailures
 ) -> None:
     besteffort = tmp_path / "kubepods" / "besteffort"
     besteffort.mkdir(parents=True)
     fake_kubelet.set_pods([make_pod("web")])
     delivered = Delivered()
     source = sources(KubeletClient(fake_kubelet.options()), LONG, delivered, pleg_paths=[besteffort])
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert delivered.wait(1)
     assert source.pleg is not None and source.pleg.watched == (str(besteffort),)
 
@@ -354,7 +360,8 @@ def test_pod_directory_event_triggers_a_sync(
 
 
 def test_pleg_failure_falls_back_to_periodic_sync(
-    sources: Callable[..., KubeletPodSource], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    sources: Callable[..., KubeletPodSource], tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    failures: ComponentFailures,
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
 
@@ -365,7 +372,7 @@ def test_pleg_failure_falls_back_to_periodic_sync(
         return Pleg(paths, on_event, inotify_factory=no_inotify)
 
     source = sources(ListClient(), LONG, Delivered(), pleg_paths=[tmp_path], pleg_factory=broken_pleg)
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert source.wait_synced(5)
     assert source.pleg is None
     (warning,) = records(caplog, logging.WARNING)
@@ -374,14 +381,14 @@ def test_pleg_failure_falls_back_to_periodic_sync(
 
 
 def test_stop_aborts_a_request_in_flight(
-    fake_kubelet: FakeKubelet, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    fake_kubelet: FakeKubelet, tmp_path: Path, caplog: pytest.LogCaptureFixture, failures: ComponentFailures
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     fake_kubelet.fail_next(1, Fault.DELAY, delay_seconds=60)
     delivered = Delivered()
     source = KubeletPodSource(KubeletClient(fake_kubelet.options(timeout_seconds=30)), LONG, delivered,
                               pleg_paths=[tmp_path])
-    source.start()
+    source.start(failures.callback("kubelet-pods"))
     assert fake_kubelet.wait_for_requests(1)
     began = time.monotonic()
     source.stop(10)

@@ -127,6 +127,7 @@ class CgroupReconcile:
         self.options = options
         self.page_size = page_size
         self._configs = PodConfigs()
+        self._skips = helpers.SkipLog(NAME, log, options.clock)
         self._touched_pods: dict[str, tuple[str, tuple[str, ...]]] = {}
         """Pod UID -> (pod key, (pod dir, container dirs...)) given memory QoS values."""
         self._touched_qos: set[str] = set()
@@ -153,13 +154,15 @@ class CgroupReconcile:
         if missing is not None:
             if not enabled:  # nothing left to reset: the pods' cgroups went with kubepods
                 self._forget_all()
-            return self._decision(now, "skip", f"memory QoS not applied: {missing}", {"kubepods": kubepods})
+            return self._decision(now, "skip", f"memory QoS not applied: {missing}", {"kubepods": kubepods},
+                                  reason="kubepods_missing")
         supported, unsupported = self._probe(kubepods)
         if not enabled:
             return self._recover(now, supported, unsupported)
         if not supported:
             return self._decision(now, "skip", "memory QoS not applied: no memory QoS file on this kernel ("
-                                  + "; ".join(unsupported.values()) + ")", {"unsupported": unsupported})
+                                  + "; ".join(unsupported.values()) + ")", {"unsupported": unsupported},
+                                  reason="no_memory_qos_file")
         rnd = _Round(now, supported)
         strategy = qos_strategy(slo)
         node = self.options.informer.node()
@@ -392,7 +395,9 @@ class CgroupReconcile:
         }
         return self._decision(rnd.now, "reconcile" if counts["writes"] else "none", summary, numbers)
 
-    def _decision(self, now: float, action: str, summary: str, numbers: dict[str, Any]) -> Decision:
+    def _decision(self, now: float, action: str, summary: str, numbers: dict[str, Any],
+                  reason: str | None = None) -> Decision:
+        self._skips.note(action, summary, reason)
         return Decision(NAME, now, action, summary, numbers)
 
 

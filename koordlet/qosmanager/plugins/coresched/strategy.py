@@ -36,6 +36,7 @@ from koordlet.qosmanager.plugins.coresched import rules
 from koordlet.qosmanager.plugins.coresched.cookies import ContainerKey, CookieBook, Tally
 from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
 from koordlet.statesinformer.framework import PodMeta
+from koordlet.streaklog import Streak
 from koordlet.system.kubepaths import KubeQoS
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class CoreSched:
         self._book = options.cookies
         if self._book is None and options.coresched is not None:
             self._book = CookieBook(options.coresched)
+        self._errors = Streak(log, options.clock)
         self._dirs: dict[ContainerKey, str] = {}
         """Container -> its cgroup directory, for the switch-off clear."""
         self._idle: set[str] = set()
@@ -86,13 +88,14 @@ class CoreSched:
     def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
         now = self.options.clock()
         try:
-            if not enabled:
-                return self._switch_off(now)
-            return self._reconcile(slo, now)
+            decision = self._switch_off(now) if not enabled else self._reconcile(slo, now)
         except (KoordletError, OSError) as exc:
-            # Nothing here should raise; if it does, the round is reported, never propagated.
-            log.exception("coresched round failed")
+            # Nothing here should raise; if it does, the round is reported, never propagated, and logged
+            # once per streak of the same error type (it would recur every round).
+            self._errors.fail(type(exc).__name__, "coresched round failed", exc_info=True)
             return Decision(NAME, now, "error", f"coresched round failed: {exc}", {"error": str(exc)})
+        self._errors.ok("coresched rounds succeed again")
+        return decision
 
     # ------------------------------------------------------------------------------------------ reconcile
 

@@ -116,6 +116,8 @@ class Round:
     reset: int = 0
     bursts_set: int = 0
     failures: list[str] = field(default_factory=list)
+    failed_files: set[str] = field(default_factory=set)
+    """``path: outcome`` of each failed write, without the value: the streak its log line is keyed on."""
 
     def add(self, kind: str, subject: ContainerPlan | PodPlan, update: CgroupUpdate) -> None:
         self.updates.append(update)

@@ -46,6 +46,7 @@ from koordlet.qosmanager.plugins.cpuburst.podconfig import NONE, PodConfigs, bur
 from koordlet.qosmanager.plugins.cpuburst.tokens import TokenBucket, capacity
 from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
 from koordlet.statesinformer.framework import PodMeta
+from koordlet.streaklog import Streak
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class CPUBurst:
         self.options = options
         self._rng = rng or random.random
         self._configs = PodConfigs()
+        self._write_failures = Streak(log, options.clock)
         self._known = Known(options.config.resource_force_update_seconds)
         self._prepared: dict[str, Prepared] = {}
         self._share_static: dict[str, tuple[PodMeta, bool, bool, float]] = {}
@@ -319,6 +321,7 @@ class CPUBurst:
                 elif not (kind in ("burst", "pod_burst") and self._burst_missing(result)):
                     rnd.failures.append(f"{result.path or rel_dir}: {result.outcome.value}"
                                         f"{f' ({result.error})' if result.error else ''}")
+                    rnd.failed_files.add(f"{result.path or rel_dir}: {result.outcome.value}")
             if not isinstance(subject, ContainerPlan):
                 continue
             if kind == "quota":
@@ -472,8 +475,13 @@ class CPUBurst:
             text += f"; {len(rnd.problems)} skipped (first: {rnd.problems[0]})"
         if rnd.failures:
             numbers["failed_writes"] = list(rnd.failures)
-            log.warning("cpuburst writes failed", extra={"failed": rnd.failures})
+            # Once per streak of the same files failing the same way (a value refused round after round is
+            # refused with a new value each time), and once when every write lands again.
+            self._write_failures.fail(", ".join(sorted(rnd.failed_files)), "cpuburst writes failed",
+                                      extra={"failed": rnd.failures})
             text += f"; {len(rnd.failures)} of {len(rnd.updates)} writes failed (first: {rnd.failures[0]})"
+        else:
+            self._write_failures.ok("cpuburst writes succeed again")
         if self._burst_unsupported is not None:
             numbers["cfs_burst_unsupported"] = self._burst_unsupported
             if not self._burst_unsupported_told:

@@ -55,14 +55,15 @@ class Plan:
     heads: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Why a trigger did not act: below its threshold, or (``missing``) invalid config or missing inputs."""
-    missing: bool = False
+    missing: list[str] = field(default_factory=list)
+    """Stable names of the reasons a trigger lacked its config or inputs (the round's skip reason)."""
     ignored: list[str] = field(default_factory=list)
     """Pods an eviction-policy annotation keeps out, and why."""
     numbers: dict[str, Any] = field(default_factory=dict)
 
-    def skip(self, note: str) -> None:
+    def skip(self, reason: str, note: str) -> None:
         self.notes.append(note)
-        self.missing = True
+        self.missing.append(reason)
 
 
 class CPUEvict:
@@ -72,7 +73,8 @@ class CPUEvict:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._skips = helpers.SkipLog(NAME, log)
+        self._skips = helpers.SkipLog(NAME, log, options.clock)
+        self._failed = helpers.FailedEvictionLog(NAME, log, options.clock)
         self.last_eviction: float = options.clock()
         """Start of the cooldown: construction, then every round that launched an eviction."""
 
@@ -96,7 +98,8 @@ class CPUEvict:
                                         f"{cool:g} s", {"last_eviction_age_seconds": age, "cool_time_seconds": cool})
         capacity_milli = self.options.informer.node().cpu_count * 1000
         if capacity_milli <= 0:
-            return self._decide("skip", f"node CPU capacity {capacity_milli}m is not positive", {})
+            return self._decide("skip", f"node CPU capacity {capacity_milli}m is not positive", {},
+                                reason="no_cpu_capacity")
         threshold = slo.resource_used_threshold_with_be or ResourceThresholdStrategy()
         pods = list(self.options.informer.pods())
         measured: list[Mapping[str, float]] = []
@@ -122,7 +125,8 @@ class CPUEvict:
             self._plan_usage(plan, threshold, window, capacity_milli, pods, used, candidate)
         if not plan.tasks:
             summary = "; ".join(plan.notes) or "no CPU eviction trigger enabled"
-            return self._decide("skip" if plan.missing else "none", summary, plan.numbers)
+            return self._decide("skip" if plan.missing else "none", summary, plan.numbers,
+                                reason="+".join(plan.missing))
         pending = [candidate(m, m.pod.priority or 0) for m in evictpick.pending_pods(self.options, pods)]
         outcome = evictpick.evict(self.options, plan.tasks, pending)
         if outcome.evicted:
@@ -137,12 +141,12 @@ class CPUEvict:
         upper = threshold.cpu_evict_be_satisfaction_upper_percent
         error = calc.satisfaction_config_error(lower, upper)
         if error is not None:
-            plan.skip(f"{BE_GATE}: invalid config: {error}")
+            plan.skip("be_invalid_config", f"{BE_GATE}: invalid config: {error}")
             return
         assert lower is not None and upper is not None
         if threshold.cpu_evict_policy == BY_ALLOCATABLE:
-            plan.skip(f"{BE_GATE}: no policy {BY_ALLOCATABLE}: it needs the node's batch-cpu allocatable, "
-                              f"which this koordlet has no Kubernetes Node to read")
+            plan.skip("be_policy_unsupported", f"{BE_GATE}: no policy {BY_ALLOCATABLE}: it needs the node's "
+                      "batch-cpu allocatable, which this koordlet has no Kubernetes Node to read")
             return
         interval = self.options.collector.res_used_interval_seconds
         cache = self.options.cache
@@ -153,7 +157,7 @@ class CPUEvict:
                             be_usage_threshold_percent=threshold.cpu_evict_be_usage_threshold_percent
                             or calc.DEFAULT_BE_USAGE_THRESHOLD_PERCENT)
         if not calc.enough_samples(window, interval, count):
-            plan.skip(f"{BE_GATE}: not enough BE samples: {count} in the {window} s window")
+            plan.skip("be_not_enough_samples", f"{BE_GATE}: not enough BE samples: {count} in the {window} s window")
             return
         usage, request, limit = (a.avg * 1000 if a is not None else 0.0 for a in aggregates)
         rate = calc.satisfaction(request, limit)
@@ -171,7 +175,7 @@ class CPUEvict:
             return
         current = [cache.latest(name, (), 2 * interval) for name in series]
         if any(c is None for c in current):
-            plan.skip(f"{BE_GATE}: no current BE sample (is the beresource collector running?)")
+            plan.skip("be_no_current_sample", f"{BE_GATE}: no current BE sample (is the beresource collector running?)")
             return
         now_usage, now_request, now_limit = (c[1] * 1000 if c is not None else 0.0 for c in current)
         plan.numbers.update(be_usage_milli=now_usage, be_request_milli=now_request, be_limit_milli=now_limit)
@@ -207,13 +211,13 @@ class CPUEvict:
         limit = threshold.evict_enabled_priority_threshold
         error = calc.usage_config_error(pct, threshold.cpu_evict_lower_percent, limit)
         if error is not None:
-            plan.skip(f"{USAGE_GATE}: invalid config: {error}")
+            plan.skip("usage_invalid_config", f"{USAGE_GATE}: invalid config: {error}")
             return
         assert pct is not None and limit is not None
         lower = calc.lower_percent(pct, threshold.cpu_evict_lower_percent)
         node = self.options.cache.aggregate(names.NODE_CPU_USAGE, (), window)
         if node is None:
-            plan.skip(f"{USAGE_GATE}: no node CPU sample in the {window} s window")
+            plan.skip("usage_no_node_sample", f"{USAGE_GATE}: no node CPU sample in the {window} s window")
             return
         usage_pct = calc.usage_percent(node.avg, capacity_milli)
         plan.numbers.update(node_cpu_avg_cores=node.avg, node_cpu_usage_percent=usage_pct, cpu_threshold_percent=pct,
@@ -278,10 +282,11 @@ class CPUEvict:
                                 numbers)
         return self._decide("none", f"{head}: {needs} to release but no pod left to evict; {pending}", numbers)
 
-    def _decide(self, action: str, summary: str, numbers: dict[str, Any]) -> Decision:
-        if action in ("evict", "failed"):
+    def _decide(self, action: str, summary: str, numbers: dict[str, Any], reason: str | None = None) -> Decision:
+        if action == "evict":
             log.warning("cpuevict: %s", summary)
-        self._skips.note(action, summary)
+        self._failed.note(action, summary)
+        self._skips.note(action, summary, reason)
         return Decision(NAME, self.options.clock(), action, summary, numbers)
 
 

@@ -55,8 +55,7 @@ def split_pools(node: NodeInfo, pods: Iterable[PodMeta], reserved: Iterable[int]
         try:
             cpus = pod_cpuset(pod)
         except ValueError as exc:
-            bad.append(f"{pod.pod.key}: {exc}")
-            log.warning("ignoring a pod's bound CPUs", extra={"pod": pod.pod.key, "error": str(exc)})
+            bad.append(f"{pod.pod.key}: {exc}")  # logged by the strategy when the list changes, not every round
             continue
         qos = qos_from_label(pod.pod.labels.get(LABEL_QOS))
         for cpu in cpus:
@@ -95,7 +94,8 @@ def pick(count: int, cpus: Sequence[CpuTopology]) -> list[int]:
     going round the (NUMA node, socket) buckets largest first; then single CPUs, continuing the round
     where the pairs stopped.  Empty when ``cpus`` holds fewer than ``count``."""
     if len(cpus) < count:
-        log.warning("not enough CPUs for BE", extra={"want": count, "have": len(cpus)})
+        # The strategy skips the round and logs that once per streak.
+        log.debug("not enough CPUs for BE", extra={"want": count, "have": len(cpus)})
         return []
     by_bucket: dict[tuple[int, int], list[CpuTopology]] = {}
     for proc in cpus:

@@ -28,6 +28,7 @@ from koordlet.qosmanager.plugins.cpusuppress.kubelet_policy import static_update
 from koordlet.qosmanager.plugins.cpusuppress.targets import Targets, be_targets, non_be
 from koordlet.resourceexecutor import CgroupUpdate, Result
 from koordlet.statesinformer.cpumanager import KubeletCPUManager
+from koordlet.streaklog import Streak
 from koordlet.system.validators import format_cpulist
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ class CPUSuppress:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._skips = helpers.SkipLog(NAME, log)
+        self._skips = helpers.SkipLog(NAME, log, options.clock)
+        self._write_failures = Streak(log, options.clock)
         self._quota_recovered: set[str] = set()
         """BE cgroups whose quota is recovered (Koordinator's ``suppressPolicyStatuses[cfsQuota] ==
         recovered``, kept per cgroup): -1 is written once, not every round, so kubelet or an operator may
@@ -69,6 +71,8 @@ class CPUSuppress:
         cgroup, which leaves BE unlimited in growth under that policy)."""
         self._left_alone: tuple[str, ...] = ()
         """The BE workloads left alone last round (logged when that changes, not every round)."""
+        self._bad_annotations: tuple[str, ...] = ()
+        """Pods whose bound CPUs could not be read last round (logged when that changes, not every round)."""
 
     def enabled(self, slo: NodeSLOSpec) -> bool:
         threshold = slo.resource_used_threshold_with_be
@@ -85,6 +89,10 @@ class CPUSuppress:
         self._left_pinned = ()
         # CPUs kubelet pinned to a Guaranteed container are exclusive, as an LSE pod's are.
         pools = split_pools(node, pods, reserved_cpus(self.options) | kubelet.pinned_cpus)
+        if pools.bad_annotations != self._bad_annotations:
+            self._bad_annotations = pools.bad_annotations
+            if pools.bad_annotations:
+                log.warning("ignoring pods' bound CPUs", extra={"pods": list(pools.bad_annotations)})
         targets = be_targets(helpers.be_qos_dir(self.options), pods)
         if targets.left_alone != self._left_alone:
             self._left_alone = targets.left_alone
@@ -94,10 +102,11 @@ class CPUSuppress:
             return self._recover(pools, targets)
         threshold = slo.resource_used_threshold_with_be or ResourceThresholdStrategy()
         if not pods:
-            return self._decide("skip", "no pods known yet", {})
+            return self._decide("skip", "no pods known yet", {}, reason="no_pods")
         split = helpers.split_usage(helpers.cpu_usage(self.options, pods), pods, non_be)
         if split is None:
-            return self._decide("skip", "no fresh node CPU sample (is the NodeResource collector running?)", {})
+            return self._decide("skip", "no fresh node CPU sample (is the NodeResource collector running?)", {},
+                                reason="no_node_sample")
         suppress = calc.suppress_milli(
             node.cpu_count,
             threshold.cpu_suppress_threshold_percent if threshold.cpu_suppress_threshold_percent is not None
@@ -107,13 +116,14 @@ class CPUSuppress:
         self.options.metrics.be_suppress_ls_used_cores(split.matched)
         numbers = _suppress_numbers(suppress, split.node, pools)
         if not pools.allowed:
-            return self._decide("skip", "no CPU left for BE: every CPU is an LSE pod's or reserved", numbers)
+            return self._decide("skip", "no CPU left for BE: every CPU is an LSE pod's or reserved", numbers,
+                                reason="no_cpu_for_be")
         if targets.left_alone:
             numbers["left_alone"] = list(targets.left_alone)
         if not targets.roots:
             return self._decide("skip", "no BE cgroup to suppress: no BE workload is configured and no BE pod was "
                                         f"found under {helpers.be_qos_dir(self.options)}{_left_alone_text(targets)}",
-                                numbers)
+                                numbers, reason="no_be_cgroup")
         if threshold.cpu_suppress_policy == CFS_QUOTA:
             return self._by_quota(suppress, pools, numbers, targets)
         return self._by_cpuset(suppress, pools, numbers, targets)
@@ -124,7 +134,8 @@ class CPUSuppress:
                    targets: Targets) -> Decision:
         currents, unreadable = self._read_roots("cpuset_cpus", targets)
         if not currents:
-            return self._decide("skip", f"cannot read BE's cpuset in {'; '.join(unreadable)}", numbers)
+            return self._decide("skip", f"cannot read BE's cpuset in {'; '.join(unreadable)}", numbers,
+                               reason="be_cpuset_unreadable")
         allowed = pools.allowed
         # An empty cpuset.cpus (a fresh v2 cgroup) means "all of the parent's": count it as every CPU BE
         # may use, so the growth limit does not start BE from zero.  With several BE cgroups BE grows
@@ -144,7 +155,8 @@ class CPUSuppress:
                        min_cpus=self.options.config.be_min_cpuset_cpus, growth_limit=calc.growth_limit(node_cpus))
         _note_targets(numbers, targets, currents, unreadable)
         if not cpus:
-            return self._decide("skip", f"no CPUs could be chosen for BE ({count.cpus} wanted)", numbers)
+            return self._decide("skip", f"no CPUs could be chosen for BE ({count.cpus} wanted)", numbers,
+                               reason="no_cpus_chosen")
         be_dir = helpers.be_qos_dir(self.options)
         wide = format_cpulist(allowed) if static else ""
         self._forget_drifted("cpuset_cpus", {root: (format_cpulist(value), wide if static and root == be_dir else text)
@@ -165,14 +177,16 @@ class CPUSuppress:
             per_container = f" per container (kubelet static policy; besteffort and pod cgroups keep {wide})"
         summary = (f"BE limited to {_cpus(len(cpus))} (cpuset {text}){per_container}{_where(targets, currents)}: "
                    f"{_usage_text(suppress)}{_limit_text(count, numbers)}")
-        return self._decide("suppress", summary + _notes(targets, unreadable) + _failures(results, numbers), numbers)
+        summary += _notes(targets, unreadable) + self._failures(results, numbers)
+        return self._decide("suppress", summary, numbers)
 
     def _by_quota(self, suppress: calc.Suppress, pools: Pools, numbers: dict[str, Any],
                   targets: Targets) -> Decision:
         self._static_cpus = None
         read, unreadable = self._read_roots("cpu_cfs_quota", targets)
         if not read:
-            return self._decide("skip", f"cannot read BE's cfs quota in {'; '.join(unreadable)}", numbers)
+            return self._decide("skip", f"cannot read BE's cfs quota in {'; '.join(unreadable)}", numbers,
+                               reason="be_quota_unreadable")
         currents = {root: int(value) for root, value in read.items()}
         roots = list(currents)
         # BE's quota is the sum of its cgroups'; one unlimited cgroup leaves BE unlimited.
@@ -205,12 +219,12 @@ class CPUSuppress:
             evened = f"; shares evened out over {len(roots)} BE cgroups" if changing else ""
             summary = (f"BE quota kept at {current} us: target {plan.target} us differs by less than 1% of the "
                        f"node ({plan.min_delta:.0f} us); {_usage_text(suppress)}{evened}")
-            return self._decide("none", summary + notes + _failures(results, numbers), numbers)
+            return self._decide("none", summary + notes + self._failures(results, numbers), numbers)
         self.options.metrics.be_suppress_cores(CFS_QUOTA, plan.quota / calc.CFS_PERIOD_US)
         step = f"; growth limited to +{plan.max_increase:.0f} us per round" if plan.stepped else ""
         summary = (f"BE quota {plan.quota} us per {calc.CFS_PERIOD_US} us ({plan.quota / calc.CFS_PERIOD_US:.2f} "
                    f"cores){_split_text(targets, shares)}: {_usage_text(suppress)}{step}")
-        return self._decide("suppress", summary + notes + _failures(results, numbers), numbers)
+        return self._decide("suppress", summary + notes + self._failures(results, numbers), numbers)
 
     def _recover(self, pools: Pools, targets: Targets) -> Decision:
         """Undo both policies in every BE cgroup: the cpuset back to every allowed CPU, the quota to -1."""
@@ -231,7 +245,7 @@ class CPUSuppress:
         self._quota_recovered.update(r.update.rel_dir for r in results if r.ok and r.update.resource == "cpu_cfs_quota")
         where = "" if targets.only_besteffort else f" in {', '.join(targets.roots)}"
         summary = f"BE recovered{where}: cpuset {allowed or '(no cgroups)'}, cfs quota unlimited"
-        return self._decide("recover", summary + _failures(results, numbers), numbers)
+        return self._decide("recover", summary + self._failures(results, numbers), numbers)
 
     def _read_roots(self, resource: str, targets: Targets) -> tuple[dict[str, Any], list[str]]:
         """``resource`` of each target root that can be read, and ``<root>: why`` for the others (a
@@ -336,7 +350,21 @@ class CPUSuppress:
             dirs += [f"{be_dir}/{pod}/{c}" for c in _subdirs(os.path.join(root, pod))]
         return tuple(dirs)
 
-    def _decide(self, action: str, summary: str, numbers: dict[str, Any]) -> Decision:
+    def _failures(self, results: Sequence[Result], numbers: dict[str, Any]) -> str:
+        """The summary's tail for writes that did not land (in ``numbers`` too); logged once per streak of
+        the same files failing the same way, and once when every write lands again."""
+        failed = _failed_writes(results)
+        if not failed:
+            self._write_failures.ok("cpusuppress writes succeed again")
+            return ""
+        numbers["failed_writes"] = failed
+        # The kind names the files and outcomes, not the values: a quota refused round after round is
+        # refused with a new value each time.
+        kind = ", ".join(sorted({f"{r.path or r.update.rel_dir}: {r.outcome.value}" for r in results if not r.ok}))
+        self._write_failures.fail(kind, "cpusuppress writes failed", extra={"failed": failed})
+        return f"; {len(failed)} of {len(results)} writes failed (first: {failed[0]})"
+
+    def _decide(self, action: str, summary: str, numbers: dict[str, Any], reason: str | None = None) -> Decision:
         kubelet = self._kubelet
         if kubelet.static or kubelet.pinned or kubelet.error:
             numbers.update(kubelet_cpu_manager_policy=kubelet.policy,
@@ -346,7 +374,7 @@ class CPUSuppress:
             summary += f"; kubelet's pinned CPUs are the last known: {kubelet.error}"
         if self._left_pinned:
             numbers["left_pinned"] = list(self._left_pinned)
-        self._skips.note(action, summary)
+        self._skips.note(action, summary, reason)
         return Decision(NAME, self.options.clock(), action, summary, numbers)
 
 
@@ -445,11 +473,6 @@ def _limit_text(count: calc.CpusetCount, numbers: dict[str, Any]) -> str:
     return ""
 
 
-def _failures(results: Sequence[Result], numbers: dict[str, Any]) -> str:
-    failed = [f"{r.path or r.update.rel_dir}: {r.outcome.value}{f' ({r.error})' if r.error else ''}"
-              for r in results if not r.ok]
-    if not failed:
-        return ""
-    numbers["failed_writes"] = failed
-    log.warning("cpusuppress writes failed", extra={"failed": failed})
-    return f"; {len(failed)} of {len(results)} writes failed (first: {failed[0]})"
+def _failed_writes(results: Sequence[Result]) -> list[str]:
+    return [f"{r.path or r.update.rel_dir}: {r.outcome.value}{f' ({r.error})' if r.error else ''}"
+            for r in results if not r.ok]

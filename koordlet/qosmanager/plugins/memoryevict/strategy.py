@@ -45,6 +45,15 @@ MakeCandidate = Callable[[PodMeta, int], Candidate]
 
 
 @dataclass(frozen=True)
+class Unavailable:
+    """Why the base cannot be had this round: ``reason`` a stable name (the skip streak's), ``text`` the
+    sentence with this round's details."""
+
+    reason: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Base:
     """What the threshold is compared with: ``capacity`` and ``used`` bytes, and where they came from."""
 
@@ -61,7 +70,8 @@ class MemoryEvict:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._skips = helpers.SkipLog(NAME, log)
+        self._skips = helpers.SkipLog(NAME, log, options.clock)
+        self._failed = helpers.FailedEvictionLog(NAME, log, options.clock)
         self.last_eviction: float | None = None
         """When the last round that launched an eviction ran (the cooldown counts from it)."""
 
@@ -91,14 +101,15 @@ class MemoryEvict:
         numbers: dict[str, Any] = {"threshold_percent": threshold_pct, "lower_percent": lower_pct}
         if lower_pct >= threshold_pct:
             return self._decide("skip", f"memoryEvictLowerPercent {lower_pct} must be below "
-                                        f"memoryEvictThresholdPercent {threshold_pct}", numbers)
+                                        f"memoryEvictThresholdPercent {threshold_pct}", numbers,
+                                reason="invalid_config")
         pods = list(self.options.informer.pods())
         kubepods = self.options.config.memory_evict_base == KUBEPODS_BASE
         # Below the threshold (most rounds) the node base needs no per-pod lookup.
         usage = helpers.memory_usage(self.options, pods if kubepods else [])
         base = self._kubepods_base(pods, usage) if kubepods else self._node_base(usage)
-        if isinstance(base, str):
-            return self._decide("skip", base, numbers)
+        if isinstance(base, Unavailable):
+            return self._decide("skip", base.text, numbers, reason=base.reason)
         usage_pct = calc.usage_percent(base.used, base.capacity)
         numbers.update(base=base.name, source=base.source, capacity_bytes=base.capacity, used_bytes=base.used,
                        usage_percent=usage_pct)
@@ -124,16 +135,16 @@ class MemoryEvict:
 
     # ---------------------------------------------------------------------------------------- inputs
 
-    def _node_base(self, usage: helpers.PodUsage) -> Base | str:
+    def _node_base(self, usage: helpers.PodUsage) -> Base | Unavailable:
         """MemTotal and the node's usage, or why they are unavailable."""
         capacity = self.options.informer.node().memory_total_bytes
         if capacity <= 0:
-            return f"node memory capacity {capacity} is not positive"
+            return Unavailable("no_memory_capacity", f"node memory capacity {capacity} is not positive")
         if usage.node is None:
-            return "no fresh node memory sample (is the NodeResource collector running?)"
+            return Unavailable("no_node_sample", "no fresh node memory sample (is the NodeResource collector running?)")
         return Base(NODE_BASE, capacity, usage.node, "MemTotal")
 
-    def _kubepods_base(self, pods: Sequence[PodMeta], usage: helpers.PodUsage) -> Base | str:
+    def _kubepods_base(self, pods: Sequence[PodMeta], usage: helpers.PodUsage) -> Base | Unavailable:
         """The kubepods cgroup's limit and its pods' summed usage, or why they are unavailable."""
         root = under_parent(self.options.kube_parent, kubepods_dir(self.options.driver))
         reader = self.options.reader
@@ -141,14 +152,16 @@ class MemoryEvict:
             path = reader.path("memory_limit", root)
             limit = int(reader.read("memory_limit", root))
         except (KoordletError, OSError, ValueError) as exc:
-            return f"cannot read the kubepods memory limit in {root}: {exc}"
+            return Unavailable("kubepods_limit_unreadable", f"cannot read the kubepods memory limit in {root}: {exc}")
         if limit <= 0:
-            return (f"kubepods memory limit in {path} is {'unlimited' if limit == -1 else limit}: nothing to "
-                    f"compare with (use memory_evict_base=node)")
+            return Unavailable("kubepods_unlimited", f"kubepods memory limit in {path} is "
+                               f"{'unlimited' if limit == -1 else limit}: nothing to compare with (use "
+                               "memory_evict_base=node)")
         inside = [m for m in pods if m.cgroup_dir == root or m.cgroup_dir.startswith(root + "/")]
         sampled = [usage.pods[m.uid] for m in inside if m.uid in usage.pods]
         if inside and not sampled:
-            return f"no fresh memory sample of any of the {len(inside)} pod(s) under {root}"
+            return Unavailable("no_pod_sample", f"no fresh memory sample of any of the {len(inside)} pod(s) under "
+                                                f"{root}")
         return Base(KUBEPODS_BASE, limit, float(sum(sampled)), path)
 
     def _tasks(self, threshold: ResourceThresholdStrategy, pods: Sequence[PodMeta], used: Mapping[str, float],
@@ -231,12 +244,14 @@ class MemoryEvict:
             return self._decide("failed", f"{head}: {fmt_bytes(short)} to release, no eviction launched{failed}; "
                                           f"{pending}", numbers)
         if not tasks:
-            return self._decide("skip", f"{head}: no trigger can run ({'; '.join(notes)})", numbers)
+            return self._decide("skip", f"{head}: no trigger can run ({'; '.join(notes)})", numbers,
+                                reason="no_trigger")
         return self._decide("none", f"{head}: {fmt_bytes(short)} to release but no pod left to evict "
                                     f"({'/'.join(t.feature for t in tasks)}); {pending}", numbers)
 
-    def _decide(self, action: str, summary: str, numbers: dict[str, Any]) -> Decision:
-        if action in ("evict", "failed"):
+    def _decide(self, action: str, summary: str, numbers: dict[str, Any], reason: str | None = None) -> Decision:
+        if action == "evict":
             log.warning("memoryevict: %s", summary)
-        self._skips.note(action, summary)
+        self._failed.note(action, summary)
+        self._skips.note(action, summary, reason)
         return Decision(NAME, self.options.clock(), action, summary, numbers)

@@ -224,6 +224,26 @@ def test_pending_pod_counts_as_released_and_is_not_evicted_twice(fake_cgroup_hos
                                 "eviction(s) (default/be-mid: 2.0 GiB)")
 
 
+def test_a_pod_being_deleted_counts_as_pending_after_a_restart(fake_cgroup_host: FakeHost, tmp_path: Path) -> None:
+    # A koordlet killed right after its eviction was granted starts with no pending record; kubelet lists the
+    # victim with a deletionTimestamp while it stops it.  Evicting another pod for the same pressure would be a
+    # storm: the deleting pod's memory counts as released and it is not evicted again.
+    pods = standard_pods()
+    pods[2] = dataclasses.replace(pods[2], pod=dataclasses.replace(pods[2].pod,
+                                                                     deletion_timestamp="2026-11-26T02:00:00Z"))
+    assert pods[2].pod.name == "be-mid" and pods[2].pod.deleting
+    world = make_world(fake_cgroup_host, tmp_path, pods)
+    world.usage(int(12.5 * GIB))
+    decision = world.run()
+    assert world.evicted() == [], decision.summary
+    assert decision.numbers["pending_pods"] == ["default/be-mid"]
+    assert decision.numbers["pending_released_bytes"] == 2 * GIB
+    # Deleting covers no more than it releases: a lower bound needing 4.48 GiB takes be-low and be-big too.
+    world.clock.advance(4.0)
+    world.run(memoryEvictLowerPercent=50)
+    assert world.evicted() == ["default/be-low", "default/be-big"]
+
+
 def test_pending_release_is_subtracted_before_the_next_victim(fake_cgroup_host: FakeHost, tmp_path: Path) -> None:
     world = make_world(fake_cgroup_host, tmp_path)
     world.usage(int(12.5 * GIB))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -210,6 +211,30 @@ def test_waits_for_a_socket_that_appears_later(socket_path: str) -> None:
         await asyncio.wait_for(task, 5)
         await runtime.stop()
         assert runtime.registrations == 1
+    asyncio.run(main())
+
+
+def test_dials_at_the_first_backoff_while_nobody_listens(socket_path: str) -> None:
+    # A runtime restarting leaves its socket refusing connections: the dial cadence must not double (with a
+    # 30 s cap, hooks would be away up to half a minute after containerd is back).
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(socket_path)  # the file of a killed runtime: present, nobody accepting
+    stale.close()
+
+    async def main() -> None:
+        plugin = NriPlugin(HookRunner([batchresource.new()]), Applier(Writes()), socket_path,
+                           backoff_start=0.05, backoff_max=10.0)
+        task = asyncio.create_task(plugin.run())
+        try:
+            deadline = asyncio.get_running_loop().time() + 5
+            while plugin.stats.dials < 12:  # doubling from 50 ms would need 100 s for twelve dials
+                assert asyncio.get_running_loop().time() < deadline, f"{plugin.stats.dials} dials in 5 s"
+                await asyncio.sleep(0.05)
+        finally:
+            plugin.stop()
+            await asyncio.wait_for(task, 5)
+        assert plugin.stats.registrations == 0
+
     asyncio.run(main())
 
 
