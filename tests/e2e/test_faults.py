@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.faultrun import RECOVER_SECONDS, FaultRun, Round, be_pod, ls_pod
+from tests.e2e.faultchecks import RECOVER_SECONDS
+from tests.e2e.faultpods import be_pod, ls_pod
+from tests.e2e.faultrun import FaultRun, Round
 from tests.e2e.faults import CheckResult, Kill, Matrix, kill_plan, kills_of_variant, kills_per_component, per_component
 from tests.e2e.harness import Report, cfs_quota, wait_for
 from tests.e2e.node import BUSY, KubeNode, MiB, hold_memory
@@ -153,7 +155,9 @@ def test_components_die_one_at_a_time(node: KubeNode, e2e_report: Report, fault_
     started = time.monotonic()
     try:
         for kill in plan:
+            began = time.monotonic()
             PHASES[kill.phase](run, kill)
+            run.timeline[-1]["phase_seconds"] = round(time.monotonic() - began, 1)
             for proc in node.procs:
                 proc.check_alive()
     finally:
@@ -162,7 +166,7 @@ def test_components_die_one_at_a_time(node: KubeNode, e2e_report: Report, fault_
         e2e_report.record("faults", node.variant, seed=fault_seed, kills=per_component(plan),
                           run_seconds=round(time.monotonic() - started, 1), matrix=run.matrix.as_dict(),
                           timeline=run.timeline, retried_operations=len(run.errors),
-                          retried_samples=run.errors[:20])
+                          retried_samples=run.errors[:20], evicted_pod_teardowns_retried=len(node.teardown_errors))
     print(f"\nfault matrix of the {node.variant} node (seed {fault_seed}):\n{run.matrix.table()}")
     assert run.matrix.violations == 0, "\n".join(run.matrix.problems())
     assert len(run.timeline) == len(plan)
