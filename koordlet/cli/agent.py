@@ -265,7 +265,7 @@ def build_runtime_hooks(config: Config, layout: Any, informer: StatesInformer, q
     runner = HookRunner(build_hooks(deps), failure_policy(hooks_config.plugin_failure_policy),
                         metrics.runtime_hooks, disabled=[Stage(s) for s in split_list(hooks_config.disable_stages)],
                         recorder=HookCallRecorder())
-    applier = Applier(executor.apply, executor.quota_limited_above)
+    applier = Applier(executor.apply, executor.quota_limited_above, defer_be_quota=not config.standalone)
     oom_score = oomscore.for_cgroups(lambda rel_dir: options.reader.read("cgroup_procs", rel_dir),
                                      oomscore.OomScoreWriter(layout.paths.proc_root, audit))
     return RuntimeHooks(hooks_config, runner, applier, informer, metrics.runtime_hooks, oom_score,

@@ -180,11 +180,15 @@ class ResourceExecutor:
     def _quota_root(self) -> str:
         return os.path.dirname(REGISTRY[cfsquota.RESOURCE].path(self._layout, ""))
 
-    def quota_limited_above(self, rel_dir: str) -> bool:
+    def quota_limited_above(self, rel_dir: str, *, suppressible: bool = False) -> bool:
         """Whether a group above ``rel_dir`` holds a CFS quota on cgroup v1, where the kernel checks every
-        quota below it against that limit (:mod:`.cfsquota`); False on v2, which never refuses a child's."""
+        quota below it against that limit (:mod:`.cfsquota`); False on v2, which never refuses a child's.
+        ``suppressible``: the caller knows a group above may be limited any moment (the BE group under
+        cpusuppress), which on v1 counts as limited."""
         if not self._v1_quota:
             return False
+        if suppressible:
+            return True
         try:
             quota_file = REGISTRY[cfsquota.RESOURCE].path(self._layout, clean_rel_dir(rel_dir))
         except (Unsupported, ValueError):

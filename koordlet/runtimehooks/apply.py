@@ -18,7 +18,9 @@ leaves the file alone then, and so does this module.  ``oom_score_adj``, ``rdt_c
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
+from koordlet.apis.extension import QoSClass
 from koordlet.resourceexecutor.update import CgroupUpdate, Result
 from koordlet.runtimehooks.framework import WRITE_PREFIX, Adjustment, HookRequest, Stage
 from koordlet.system.kubepaths import CgroupDriver, cgroup_parent_dir, container_dir_name
@@ -69,9 +71,11 @@ def container_rel_dir(request: HookRequest) -> str:
     return f"{pod_dir}/{container_dir_name(driver, container_id)}"
 
 
-QuotaBound = Callable[[str], bool]
-"""pod rel_dir -> whether a group above the pod holds a CFS quota the kernel checks the pod's subtree against
-(the executor's ``quota_limited_above``: cgroup v1 with a limited QoS group)."""
+class QuotaBound(Protocol):
+    """Whether the kernel may refuse a quota in the pod's subtree (the executor's ``quota_limited_above``:
+    cgroup v1 with a limited QoS group above the pod, or one cpusuppress may limit, ``suppressible``)."""
+
+    def __call__(self, rel_dir: str, *, suppressible: bool = False) -> bool: ...
 
 
 class Applier:
@@ -79,9 +83,13 @@ class Applier:
     a container's CFS quota out of the runtime's hands where writing it could fail (:meth:`defer_quota`)."""
 
     def __init__(self, apply: Callable[[list[CgroupUpdate]], list[Result]],
-                 quota_bound: QuotaBound | None = None) -> None:
+                 quota_bound: QuotaBound | None = None, *, defer_be_quota: bool = False) -> None:
+        """``defer_be_quota``: a BE container's quota may be left to the reconciler even while the BE group is
+        unlimited (see :meth:`defer_quota`); only where the reconciler knows every pod's spec (pods from
+        kubelet), since a quota left out is otherwise never written."""
         self._apply = apply
         self._quota_bound = quota_bound
+        self._defer_be_quota = defer_be_quota
 
     def defer_quota(self, request: HookRequest, adjustment: Adjustment) -> None:
         """Leaves a container's CFS quota to the reconciler where the runtime's write could fail.
@@ -92,12 +100,15 @@ class Applier:
         hook answers may not fit when runc writes it a moment later.  So while a group above the pod holds a
         quota, the answer leaves the quota out (the container starts bounded by its pod's limit) and the
         reconciler writes it through the executor, which fits it to the ancestors under the same lock as
-        cpusuppress's writes; otherwise the runtime sets it at creation, as upstream does."""
+        cpusuppress's writes; otherwise the runtime sets it at creation, as upstream does.  A BE pod's counts as
+        held even while the BE group is unlimited: cpusuppress may limit it between this answer and runc's
+        write (the first BE pod on a busy node is exactly when it starts to)."""
         quota = adjustment.values.get("cpu_quota")
         if (self._quota_bound is None or request.container is None or not isinstance(quota, int)
                 or isinstance(quota, bool) or quota <= 0 or not request.pod_cgroup_parent):
             return
-        if self._quota_bound(pod_rel_dir(request)):
+        suppressible = self._defer_be_quota and request.pod.qos is QoSClass.BE
+        if self._quota_bound(pod_rel_dir(request), suppressible=suppressible):
             del adjustment.values["cpu_quota"]
             adjustment.owners.pop("cpu_quota", None)
 
