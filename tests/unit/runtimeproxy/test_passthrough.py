@@ -104,12 +104,16 @@ class FakeRuntime(grpc.GenericRpcHandler):  # type: ignore[misc]
 
         def watch(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
             self._record(method, request, context)
+            # A cancel that lands while a tick is being sent ends the call without resuming this generator, so
+            # the termination callback notices it; a stream that ran out its time is no cancel.
+            ran_out = threading.Event()
+            context.add_callback(lambda: None if ran_out.is_set() else self.watch_cancelled.set())
             deadline = time.monotonic() + CALL_TIMEOUT
             while context.is_active() and time.monotonic() < deadline:
                 yield b"tick"
                 time.sleep(0.01)
-            if not context.is_active():
-                self.watch_cancelled.set()
+            if context.is_active():
+                ran_out.set()
 
         if method == EVENTS:
             return grpc.unary_stream_rpc_method_handler(events)
