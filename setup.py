@@ -64,6 +64,8 @@ setup(
         "PyYAML>=6.0.1",
         # koord-companion's Kubernetes adapters; the node agent itself never talks to kube-apiserver.
         "kubernetes>=29.0.0",
+        # koord-companion's self-signed serving certificate (--tls-secret, koordlet/companion/certs.py).
+        "cryptography>=42.0",
     ],
     extras_require={
         "test": [

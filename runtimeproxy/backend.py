@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType, TracebackType
@@ -37,6 +39,9 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 CHANNEL_OPTIONS = SERVER_OPTIONS + RECONNECT_OPTIONS
 SOCKET_MODE = 0o660
 DEFAULT_MAX_WORKERS = 32
+QUEUED_CALLS_PER_WORKER = 8
+"""Calls admitted at once are ``max_workers`` times this (running or waiting for a thread); beyond, a call
+fails at once with RESOURCE_EXHAUSTED rather than joining an unbounded queue behind a stuck backend."""
 
 IMAGE_SERVICE_PREFIXES = ("/runtime.v1.ImageService/", "/runtime.v1alpha2.ImageService/")
 
@@ -97,6 +102,53 @@ KNOWN_UNARY_METHODS = _known_unary_methods()
 """Full names of the unary methods of our ``runtime.v1`` subset; other methods are relayed as streams."""
 
 
+def _known_methods() -> frozenset[str]:
+    names = [(service.name, method.name) for service in cri.DESCRIPTOR.services_by_name.values()
+             for method in service.methods]
+    # runtime.v1alpha2 (containerd 1.6's older CRI) has the same services and method names.
+    return frozenset(f"/{package}.{service}/{method}" for package in ("runtime.v1", "runtime.v1alpha2")
+                     for service, method in names)
+
+
+KNOWN_METHODS = _known_methods()
+"""Every CRI method name a runtime serves (``runtime.v1`` and ``runtime.v1alpha2``): their callables are
+cached for the proxy's life, the set being finite."""
+UNKNOWN_METHODS_CACHED = 32
+"""Callables kept for other method names, least recently used first out: the names come from callers, and a
+client sending random method paths must not grow the proxy's memory."""
+
+
+class _Callables:
+    """Method name -> a reusable multi-callable: known CRI methods kept, any other name in a small LRU."""
+
+    def __init__(self, make: Callable[[str], Any], unknown_limit: int = UNKNOWN_METHODS_CACHED) -> None:
+        self._make = make
+        self._known: dict[str, Any] = {}
+        self._unknown: OrderedDict[str, Any] = OrderedDict()
+        self._unknown_limit = unknown_limit
+        self._lock = threading.Lock()
+
+    def get(self, method: str) -> Any:
+        with self._lock:
+            if method in KNOWN_METHODS:
+                found = self._known.get(method)
+                if found is None:
+                    found = self._known[method] = self._make(method)
+                return found
+            found = self._unknown.get(method)
+            if found is not None:
+                self._unknown.move_to_end(method)
+                return found
+            found = self._unknown[method] = self._make(method)
+            while len(self._unknown) > self._unknown_limit:
+                self._unknown.popitem(last=False)
+            return found
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._known) + len(self._unknown)
+
+
 class Backend:
     """Channels to the runtime's RuntimeService and ImageService endpoints (one channel if they agree)."""
 
@@ -110,9 +162,9 @@ class Backend:
             if self.image_target == self.runtime_target
             else grpc.insecure_channel(self.image_target, options=CHANNEL_OPTIONS)
         )
-        # Multi-callables are reusable and thread-safe; a racing duplicate insert is harmless.
-        self._unary: dict[str, Any] = {}
-        self._stream: dict[str, Any] = {}
+        # Multi-callables are reusable and thread-safe.
+        self._unary = _Callables(lambda method: self.channel_for(method).unary_unary(method))
+        self._stream = _Callables(lambda method: self.channel_for(method).stream_stream(method))
 
     def channel_for(self, method: str) -> Any:
         """The channel that serves ``method`` (a full name, ``/package.Service/Method``)."""
@@ -121,8 +173,6 @@ class Backend:
     def unary_call(self, method: str, request: bytes, metadata: Metadata, timeout: float | None) -> UnaryCall:
         """Start a raw unary call; ``result()`` gives the response bytes or raises ``grpc.RpcError``."""
         callable_ = self._unary.get(method)
-        if callable_ is None:
-            callable_ = self._unary[method] = self.channel_for(method).unary_unary(method)
         call: UnaryCall = callable_.future(request, timeout=timeout, metadata=metadata)
         return call
 
@@ -135,10 +185,12 @@ class Backend:
     ) -> StreamCall:
         """A raw ``stream_stream`` call; iterating it raises ``grpc.RpcError`` when the call fails."""
         callable_ = self._stream.get(method)
-        if callable_ is None:
-            callable_ = self._stream[method] = self.channel_for(method).stream_stream(method)
         call: StreamCall = callable_(iter(request_iterator), timeout=timeout, metadata=metadata)
         return call
+
+    def cached_callables(self) -> int:
+        """How many method callables the backend holds (bounded: see :data:`UNKNOWN_METHODS_CACHED`)."""
+        return len(self._unary) + len(self._stream)
 
     def close(self) -> None:
         self.runtime_channel.close()
@@ -303,7 +355,8 @@ def serve(socket_path: str, handler: grpc.GenericRpcHandler, max_workers: int = 
     """Serve ``handler`` on the unix socket ``socket_path`` (mode 0660), started; stop it with ``stop()``.
 
     A socket file left by a previous run is replaced; any other file at that path is an error. Every
-    streaming call holds one of the ``max_workers`` threads for its whole life.
+    streaming call holds one of the ``max_workers`` threads for its whole life; at most
+    ``max_workers * QUEUED_CALLS_PER_WORKER`` calls are admitted at once.
     """
     path = os.path.abspath(socket_path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -312,6 +365,7 @@ def serve(socket_path: str, handler: grpc.GenericRpcHandler, max_workers: int = 
         ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="runtimeproxy"),
         handlers=[handler],
         options=SERVER_OPTIONS,
+        maximum_concurrent_rpcs=max_workers * QUEUED_CALLS_PER_WORKER,
     )
     try:
         bound = server.add_insecure_port(f"unix:{path}")

@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import re
 import signal
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 
+from runtimeproxy.intercept import ANY_NAMESPACE, DEFAULT_SKIP_NAMESPACES
 from runtimeproxy.server import Proxy, ProxyError, ProxyOptions
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
@@ -23,6 +25,8 @@ EXIT_FAILURE = 1
 DISTRIBUTION = "koordlet"
 
 log = logging.getLogger("runtimeproxy")
+
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def version() -> str:
@@ -38,6 +42,16 @@ def _seconds(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
     return value
+
+
+def _namespaces(text: str) -> frozenset[str]:
+    """A comma-separated list of namespace names (DNS-1123 labels) or ``*``; empty: none."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    bad = [name for name in names if name != ANY_NAMESPACE and not (len(name) <= 63 and _NAMESPACE.fullmatch(name))]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not namespace names (DNS-1123 labels) or {ANY_NAMESPACE!r}: "
+                                         f"{', '.join(map(repr, bad))}")
+    return frozenset(names)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,9 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="kind of the backend runtime (Docker is not supported: dockershim is gone)")
     parser.add_argument("--runtime-hook-server-key", metavar="KEY",
                         default="runtimeproxy.koordinator.sh/skip-hookserver",
-                        help="pod label/annotation key that makes the proxy skip the hook servers for that pod")
+                        help="pod label/annotation key that makes the proxy skip the hook servers for that pod "
+                        "(honoured only in --skip-hookserver-namespaces)")
     parser.add_argument("--runtime-hook-server-val", metavar="VALUE", default="true",
                         help="value of --runtime-hook-server-key that skips the hook servers")
+    parser.add_argument("--skip-hookserver-namespaces", metavar="NS[,NS...]", type=_namespaces,
+                        default=",".join(sorted(DEFAULT_SKIP_NAMESPACES)),
+                        help="namespaces whose pods may skip the hook servers with --runtime-hook-server-key: a pod "
+                        "names its own labels, so anywhere else the key is ignored (logged once per pod) and the "
+                        "pod is hooked like any other; koordlet's own namespace belongs here, its pod must start "
+                        "without koordlet. '*': every namespace (Koordinator's behaviour); empty: none "
+                        "(default: %(default)s)")
     parser.add_argument("--runtime-hook-config-dir", metavar="DIR", default="/etc/runtime/hookserver.d",
                         help="directory of hook-server registrations (*.json), watched for changes")
     parser.add_argument("--checkpoint-path", metavar="FILE",
@@ -81,6 +103,7 @@ def options_from(args: argparse.Namespace) -> ProxyOptions:
         image_endpoint=args.remote_image_service_endpoint,
         backend_mode=args.backend_runtime_mode,
         skip=(args.runtime_hook_server_key, args.runtime_hook_server_val),
+        skip_namespaces=args.skip_hookserver_namespaces,
         hook_config_dir=args.runtime_hook_config_dir,
         checkpoint_path=args.checkpoint_path or None,
         hook_timeout_seconds=args.runtime_hook_timeout,
@@ -103,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_FAILURE
         log.info("koord-runtime-proxy %s serving %s -> %s", version(), args.koord_runtimeproxy_endpoint,
                  args.remote_runtime_service_endpoint)
+        if ANY_NAMESPACE in args.skip_hookserver_namespaces:
+            log.warning("--skip-hookserver-namespaces=%s: a pod of any namespace can bypass the hook servers with "
+                        "its own %s label", ANY_NAMESPACE, args.runtime_hook_server_key)
         # What start-up built lives as long as the process: keep it out of the cyclic collector's full
         # scans, which otherwise pause a CRI call now and then (the tail of the proxy's latency).
         gc.freeze()

@@ -13,9 +13,17 @@
 | UpdateContainerResources | PreUpdateContainerResources: resources | checkpoint updated |
 
 A call goes to the first registered hook server that lists its stage.  When none does, when the pod
-carries the skip label (``runtimeproxy.koordinator.sh/skip-hookserver=true`` by default: koordlet's own
-pod must start without koordlet), or for calls the proxy cannot decode, the original bytes are forwarded
-untouched.  A Pre hook that fails - unreachable, an error status, a timeout, or an answer with invalid
+carries the skip label (``runtimeproxy.koordinator.sh/skip-hookserver=true`` by default, as a label or an
+annotation: koordlet's own pod must start without koordlet) and lives in a namespace allowed to skip, or for
+calls the proxy cannot decode, the original bytes are forwarded untouched.
+
+A pod names its own labels and annotations, so the skip label is tenant input: only pods of the namespaces
+in ``skip_namespaces`` (``--skip-hookserver-namespaces``, default ``kube-system`` and
+``koordinator-system``, where koordlet runs; ``*`` every namespace, Koordinator's behaviour) are skipped.
+Anywhere else the label is ignored - the pod's calls are hooked like any other pod's - and logged once per
+pod.  The namespace is the one kubelet puts in the CRI sandbox metadata (``RunPodSandbox``'s
+``config.metadata``, ``CreateContainer``'s ``sandbox_config.metadata``), checkpointed with the pod for the
+later calls.  A Pre hook that fails - unreachable, an error status, a timeout, or an answer with invalid
 resources (a negative quota, a malformed cpuset...) - is handled by that server's failure policy: ``Fail``
 fails the CRI call before anything reaches the runtime (so nothing is half created), ``Ignore`` logs and
 forwards the original request.  Post hooks only log their failures: the runtime already acted.
@@ -23,9 +31,11 @@ forwards the original request.  Post hooks only log their failures: the runtime 
 
 from __future__ import annotations
 
+import collections
 import logging
 import re
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import grpc
@@ -39,12 +49,28 @@ log = logging.getLogger(__name__)
 
 RUNTIME = "/runtime.v1.RuntimeService/"
 DEFAULT_SKIP = ("runtimeproxy.koordinator.sh/skip-hookserver", "true")
+ANY_NAMESPACE = "*"
+DEFAULT_SKIP_NAMESPACES = frozenset({"kube-system", "koordinator-system"})
+"""Namespaces whose pods may skip the hook servers: the cluster's own, and koordlet's (manifests/)."""
+REFUSED_SKIPS_REMEMBERED = 4096
+"""Pods whose refused skip label was logged (each once); the oldest are forgotten first."""
 
 _CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 
 class Servers(Protocol):
     def server_for(self, stage: str) -> Any: ...
+
+
+class PodMeta(Protocol):
+    """CRI's and the hook API's ``PodSandboxMetadata`` alike."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
 
 
 class Checkpoint(Protocol):
@@ -82,10 +108,12 @@ def check_resources(resources: Any) -> str | None:
 
 
 def _valid_cpulist(text: str) -> bool:
-    if not _CPULIST.match(text):
+    if not _CPULIST.fullmatch(text):
         return False
     for part in text.split(","):
         low, _, high = part.partition("-")
+        if len(low) > 9 or len(high) > 9:  # no CPU id has ten digits; int() refuses over 4300 digits
+            return False
         if high and int(high) < int(low):
             return False
     return True
@@ -100,12 +128,19 @@ def _convert(message: Any, into: Any) -> Any:
 
 class Interceptor:
     def __init__(self, forward: Forward, servers: Servers, store: Checkpoint, hooks: HookClient,
-                 skip: tuple[str, str] = DEFAULT_SKIP) -> None:
+                 skip: tuple[str, str] = DEFAULT_SKIP,
+                 skip_namespaces: Iterable[str] = DEFAULT_SKIP_NAMESPACES) -> None:
+        """``skip``: the (key, value) of the label or annotation that skips the hook servers;
+        ``skip_namespaces``: the namespaces whose pods may use it (``*``: every namespace)."""
         self._forward = forward
         self._servers = servers
         self._store = store
         self._hooks = hooks
         self._skip = skip
+        self.skip_namespaces = frozenset(skip_namespaces)
+        self._skip_anywhere = ANY_NAMESPACE in self.skip_namespaces
+        self._refused_lock = threading.Lock()
+        self._refused: collections.OrderedDict[str, None] = collections.OrderedDict()
 
     def handlers(self) -> dict[str, Callable[[bytes, grpc.ServicerContext], bytes]]:
         return {RUNTIME + name: getattr(self, "_" + snake) for name, snake in (
@@ -117,9 +152,30 @@ class Interceptor:
 
     # --- shared -----------------------------------------------------------------------------------------
 
-    def _skipped(self, labels: Mapping[str, str], annotations: Mapping[str, str]) -> bool:
+    def _skipped(self, labels: Mapping[str, str], annotations: Mapping[str, str], pod: PodMeta) -> bool:
+        """Whether the pod's calls bypass the hook servers: it asks to, and its namespace may."""
         key, value = self._skip
-        return labels.get(key) == value or annotations.get(key) == value
+        if labels.get(key) != value and annotations.get(key) != value:
+            return False
+        if self._skip_anywhere or pod.namespace in self.skip_namespaces:
+            return True
+        self._refuse_once(pod)
+        return False
+
+    def _refuse_once(self, pod: PodMeta) -> None:
+        who = pod.uid or f"{pod.namespace}/{pod.name}"
+        with self._refused_lock:
+            if who in self._refused:
+                self._refused.move_to_end(who)
+                return
+            self._refused[who] = None
+            while len(self._refused) > REFUSED_SKIPS_REMEMBERED:
+                self._refused.popitem(last=False)
+        key, value = self._skip
+        allowed = ",".join(sorted(self.skip_namespaces)) or "none"
+        log.warning("pod %s/%s (uid %s) carries %s=%s, but namespace %r may not skip the hook servers "
+                    "(--skip-hookserver-namespaces: %s): its calls are hooked", pod.namespace, pod.name,
+                    pod.uid or "unknown", key, value, pod.namespace, allowed)
 
     def _pre(self, stage: str, request: Any, context: grpc.ServicerContext, check: Callable[[Any], str | None]
              ) -> Any | None:
@@ -166,7 +222,7 @@ class Interceptor:
         if found is None:
             return None
         pod_id, request = found
-        if self._skipped(request.pod_labels, request.pod_annotations):
+        if self._skipped(request.pod_labels, request.pod_annotations, request.pod_meta):
             return None
         return pod_id, request
 
@@ -175,7 +231,8 @@ class Interceptor:
     def _run_pod_sandbox(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         method = RUNTIME + "RunPodSandbox"
         request = self._parse(cri.RunPodSandboxRequest, raw)
-        if request is None or self._skipped(request.config.labels, request.config.annotations):
+        if request is None or self._skipped(request.config.labels, request.config.annotations,
+                                            request.config.metadata):
             return self._forward(method, raw, context)
         config = request.config
         meta = config.metadata
@@ -217,7 +274,7 @@ class Interceptor:
         answer = self._forward(RUNTIME + "StopPodSandbox", raw, context)
         request = self._parse(cri.StopPodSandboxRequest, raw)
         pod = self._store.pod(request.pod_sandbox_id) if request is not None else None
-        if pod is not None and not self._skipped(pod.labels, pod.annotations):
+        if pod is not None and not self._skipped(pod.labels, pod.annotations, pod.pod_meta):
             self._post("PostStopPodSandbox", pod)
         return answer
 
@@ -236,7 +293,7 @@ class Interceptor:
         if request is None:
             return self._forward(method, raw, context)
         pod = self._store.pod(request.pod_sandbox_id) or self._pod_from_config(request.sandbox_config)
-        if self._skipped(pod.labels, pod.annotations):
+        if self._skipped(pod.labels, pod.annotations, pod.pod_meta):
             return self._forward(method, raw, context)
         config = request.config
         hook_request = hook.ContainerResourceHookRequest(

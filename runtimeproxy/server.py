@@ -22,7 +22,7 @@ import grpc
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2_grpc as cri_grpc
 from runtimeproxy.backend import Backend, PassthroughHandler, forward_unary, serve
 from runtimeproxy.hookclient import HookClient
-from runtimeproxy.intercept import DEFAULT_SKIP, Interceptor
+from runtimeproxy.intercept import DEFAULT_SKIP, DEFAULT_SKIP_NAMESPACES, Interceptor
 from runtimeproxy.registry import Registry
 from runtimeproxy.store import Store
 
@@ -44,6 +44,8 @@ class ProxyOptions:
     image_endpoint: str = ""
     backend_mode: str = "Containerd"
     skip: tuple[str, str] = DEFAULT_SKIP
+    skip_namespaces: frozenset[str] = DEFAULT_SKIP_NAMESPACES
+    """Namespaces whose pods the skip label applies to (``*``: every namespace); elsewhere it is ignored."""
     hook_config_dir: str = "/etc/runtime/hookserver.d"
     checkpoint_path: str | None = None
     hook_timeout_seconds: float = 5.0
@@ -60,7 +62,8 @@ class Proxy:
         self.registry = Registry(options.hook_config_dir)
         self.store = Store(options.checkpoint_path)
         self.hooks = HookClient(options.hook_timeout_seconds)
-        self.interceptor = Interceptor(self._forward, self.registry, self.store, self.hooks, options.skip)
+        self.interceptor = Interceptor(self._forward, self.registry, self.store, self.hooks, options.skip,
+                                       options.skip_namespaces)
         self._server: grpc.Server | None = None
         self._rebuilder: threading.Thread | None = None
         self._stopping = threading.Event()

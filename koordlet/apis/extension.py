@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Mapping
 
+from koordlet.apis import gojson
 from koordlet.system.kubepaths import KubeQoS
 from koordlet.system.validators import parse_cpulist
 
@@ -102,7 +102,7 @@ def resource_status_cpus(annotations: Mapping[str, str]) -> list[int]:
     if not raw:
         return []
     try:
-        status = json.loads(raw)
+        status = gojson.loads(raw)
     except ValueError as exc:
         raise ValueError(f"{ANNOTATION_RESOURCE_STATUS} is not JSON: {exc}") from None
     if not isinstance(status, dict):

@@ -45,6 +45,10 @@ MIN_AGGREGATE_DURATION_SECONDS: Final = 60
 DEFAULT_REPORT_INTERVAL_SECONDS: Final = 60
 MIN_REPORT_INTERVAL_SECONDS: Final = 30
 DEFAULT_NODE_AGGREGATE_DURATIONS: Final[tuple[float, ...]] = (300.0, 600.0, 1800.0)
+MAX_POLICY_SECONDS: Final = 7 * 24 * 3600
+"""Upper bound of every collect-policy duration from a spec.  Koordinator sets none, but the policy arrives
+from the companion and a report interval of 10**12 s (a valid int64) overflows the report timer's wait;
+a week is far above any real window."""
 
 
 class AggregationType(enum.Enum):
@@ -372,8 +376,11 @@ def _pod_metric_fast(obj: Any) -> PodMetricInfo | None:
     if type(obj) is not dict or not obj.keys() <= _POD_METRIC_KEYS:
         return None
     name, namespace = obj.get("name", ""), obj.get("namespace", "")
-    priority = _PRIORITY_BY_VALUE.get(obj.get("priority") or "")
-    qos = _QOS_BY_VALUE.get(obj.get("qos") or "")
+    priority_text, qos_text = obj.get("priority") or "", obj.get("qos") or ""
+    if type(priority_text) is not str or type(qos_text) is not str:
+        return None  # the checked path names the bad field (a list would not even be a dict key)
+    priority = _PRIORITY_BY_VALUE.get(priority_text)
+    qos = _QOS_BY_VALUE.get(qos_text)
     if type(name) is not str or type(namespace) is not str or priority is None or qos is None:
         return None
     usage = _usage_fast(obj.get("podUsage"))
@@ -496,6 +503,8 @@ def _seconds_field(obj: Mapping[str, Any], key: str, where: str, default: float,
     # Go decodes these into *int64: a fraction, a string or a bool does not decode.
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{where}.{key}: expected an integer number of seconds, got {value!r}")
+    if value > MAX_POLICY_SECONDS:
+        raise ConfigError(f"{where}.{key}: at most {MAX_POLICY_SECONDS} seconds, got {value}")
     # Koordinator raises a value below the floor to the floor (util.MaxInt64) rather than rejecting it.
     return float(max(value, floor))
 
@@ -590,6 +599,8 @@ def _duration_item(value: Any, where: str) -> float:
         raise ConfigError(f"{where}: {exc}") from None
     if seconds <= 0:
         raise ConfigError(f"{where}: must be positive, got {value!r}")
+    if seconds > MAX_POLICY_SECONDS:
+        raise ConfigError(f"{where}: at most {MAX_POLICY_SECONDS} seconds, got {value!r}")
     return seconds
 
 

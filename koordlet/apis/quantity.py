@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 
 from koordlet.errors import ParseError
 
@@ -11,35 +12,66 @@ _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei"
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
             "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12),
             "P": Decimal(10**15), "E": Decimal(10**18)}
+MAX_MAGNITUDE = Decimal(10) ** 24
+"""The largest absolute value accepted: far above any int64 quantity (9.2e18, the most Kubernetes'
+``Value()`` reports), below the 28 significant digits the decimal arithmetic keeps exactly.  Beyond it
+"1e999999" would overflow the decimal context or become an integer of a million digits downstream."""
+_MAX_EXPONENT_DIGITS = 4
+"""More exponent digits than this is out of range whatever the mantissa; never handed to ``int()``, which
+refuses strings of more than 4300 digits with a plain ValueError."""
+_FAST_DIGITS = 18
+"""The fast paths of :func:`milli_value` / :func:`int_value` only take texts short enough for ``int()``."""
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE]([+-]?\d+))?$", re.ASCII)
 
 
 def parse_quantity(text: str | int | float) -> Decimal:
-    """The exact value of a quantity; raises ParseError naming the text."""
+    """The exact value of a quantity; raises ParseError naming the text for anything malformed, not finite
+    or out of range (magnitude above :data:`MAX_MAGNITUDE`)."""
     if isinstance(text, bool):
         raise ParseError(f"quantity must be a string or number, got {text!r}")
     if isinstance(text, int | float):
-        return Decimal(str(text))
+        if isinstance(text, float) and not math.isfinite(text):
+            raise ParseError(f"invalid quantity {text!r}: not a finite number")
+        return _in_range(Decimal(str(text)), text)
     match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
     if match is None:
-        raise ParseError(f"invalid quantity {text!r}")
+        raise ParseError(f"invalid quantity {_show(text)}")
     number, suffix, exponent = match.groups()
     try:
         value = Decimal(number)
-    except InvalidOperation:
-        raise ParseError(f"invalid quantity {text!r}") from None
-    if exponent is not None:
-        return value.scaleb(int(exponent))
-    if suffix in _BINARY:
-        return value * _BINARY[suffix]
-    return value * _DECIMAL[suffix or ""]
+        if exponent is not None:
+            digits = exponent.lstrip("+-").lstrip("0")
+            if len(digits) > _MAX_EXPONENT_DIGITS:
+                if value == 0:
+                    return Decimal(0)
+                raise ParseError(f"quantity {_show(text)} out of range (exponent too long)")
+            value = value.scaleb(int(exponent))
+        elif suffix in _BINARY:
+            value = value * _BINARY[suffix]
+        else:
+            value = value * _DECIMAL[suffix or ""]
+    except DecimalException:  # Overflow, InvalidOperation: the arithmetic left the decimal context
+        raise ParseError(f"quantity {_show(text)} out of range") from None
+    return _in_range(value, text)
+
+
+def _in_range(value: Decimal, text: object) -> Decimal:
+    if not value.is_finite() or abs(value) > MAX_MAGNITUDE:
+        raise ParseError(f"quantity {_show(text)} out of range (magnitude above {MAX_MAGNITUDE:.0e})")
+    return value
+
+
+def _show(text: object) -> str:
+    """The offending text for an error message, cut short: it may come from a tenant's pod."""
+    shown = repr(text)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def milli_value(text: str | int | float) -> int:
     """Milli-units rounded up, as Kubernetes' MilliValue() does for CPU ("100m" -> 100, "4k" -> 4000000)."""
     # Fast paths for the canonical forms Kubernetes and koordlet write ("138m", "4"): a companion decodes
     # thousands of them per NodeMetric report, and Decimal arithmetic is ten times slower.
-    if type(text) is str:
+    if type(text) is str and len(text) <= _FAST_DIGITS:
         if text.isascii() and text.isdigit():
             return int(text) * 1000
         if text[-1:] == "m" and text[:-1].isascii() and text[:-1].isdigit():
@@ -49,7 +81,7 @@ def milli_value(text: str | int | float) -> int:
 
 def int_value(text: str | int | float) -> int:
     """Whole units rounded up, as Kubernetes' Value() does for bytes ("1Gi" -> 1073741824)."""
-    if type(text) is str and text.isascii():
+    if type(text) is str and len(text) <= _FAST_DIGITS and text.isascii():
         if text.isdigit():
             return int(text)
         scale = _BINARY.get(text[-2:])

@@ -22,7 +22,8 @@ from typing import Any, Final, TypeVar
 
 import yaml
 
-from koordlet.apis.gojson import member
+from koordlet.apis.gojson import loads, member
+from koordlet.apis.nodemetric import MAX_POLICY_SECONDS
 from koordlet.apis.nodeslo import (
     CPUBurstStrategy,
     HostApplicationSpec,
@@ -151,9 +152,9 @@ class ColocationStrategy(JsonObject):
 
     enable: bool | None = bool_field("enable")
     """Whether colocation is on; off removes batch-cpu/batch-memory from the node (default false)."""
-    metric_aggregate_duration_seconds: int | None = int_field("metricAggregateDurationSeconds", 1)
+    metric_aggregate_duration_seconds: int | None = int_field("metricAggregateDurationSeconds", 1, MAX_POLICY_SECONDS)
     """NodeMetric aggregation window (default 300)."""
-    metric_report_interval_seconds: int | None = int_field("metricReportIntervalSeconds", 1)
+    metric_report_interval_seconds: int | None = int_field("metricReportIntervalSeconds", 1, MAX_POLICY_SECONDS)
     """NodeMetric report interval (default 60)."""
     metric_aggregate_policy: AggregatePolicy | None = field(
         default=None, metadata=nested("metricAggregatePolicy", AggregatePolicy))
@@ -243,7 +244,7 @@ def _load_json(key: str, text: Any) -> Mapping[str, Any]:
         raise ConfigError(f"{key}: invalid JSON: {name} is not a JSON value")
 
     try:
-        obj = json.loads(text, parse_constant=reject_constant)
+        obj = loads(text, parse_constant=reject_constant)
     except json.JSONDecodeError as err:
         raise ConfigError(f"{key}: invalid JSON: {err}") from None
     if not isinstance(obj, Mapping):
@@ -340,6 +341,8 @@ def configmap_data_from_yaml(text: str) -> dict[str, str]:
         documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as err:
         raise ParseError(f"not valid YAML: {err}") from None
+    except RecursionError:  # PyYAML's parser recurses per nesting level
+        raise ParseError("not valid YAML: nested too deeply") from None
     if len(documents) != 1 or not isinstance(documents[0], Mapping):
         raise ParseError(f"expected one YAML mapping, got {len(documents)} document(s)")
     doc = documents[0]

@@ -49,6 +49,7 @@ from koordlet.runtimehooks.component import RuntimeHooks
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookCallRecorder, HookRunner, Stage, failure_policy
 from koordlet.runtimehooks.hooks import build_hooks
+from koordlet.runtimehooks.tenant import TenantGate
 from koordlet.statesinformer.informer import StatesInformer
 from koordlet.statesinformer.kubelet import KubeletClient, KubeletOptions
 from koordlet.statesinformer.kubeletconfig import KubeletConfigSync
@@ -226,7 +227,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
             cgroups=HostCgroups(layout, executor.last_written), mean=cache.mean, slo=qos.holder.current,
             strategies=lambda: qos.strategy_objects, decisions=qos.options.decisions, hook_names=hooks.runner.names,
             hook_calls=hooks.runner.recorder.recent if hooks.runner.recorder is not None else (lambda _n: []),
-            evictions=qos.options.evictor.recent, pid=os.getpid())
+            evictions=qos.options.evictor.recent, pid=os.getpid(),
+            refused=lambda uid: [r.text() for r in informer.tenant.refused(uid)])
         debug = DebugServer(debug_socket, sources)
         components.append(debug)
     return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos, hooks, debug)
@@ -260,11 +262,12 @@ def build_runtime_hooks(config: Config, layout: Any, informer: StatesInformer, q
     options = qos.options
     deps = HookDeps(layout=layout, gates=effective_gates, probes=probes,
                     nodeslo=lambda: qos.holder.current().spec, coresched=options.coresched, cookies=options.cookies,
-                    resctrl=options.resctrl, shared_pools=informer.shared_pools)
+                    resctrl=options.resctrl, shared_pools=informer.shared_pools, tenant=informer.tenant)
     hooks_config = config.runtime_hooks
     runner = HookRunner(build_hooks(deps), failure_policy(hooks_config.plugin_failure_policy),
                         metrics.runtime_hooks, disabled=[Stage(s) for s in split_list(hooks_config.disable_stages)],
-                        recorder=HookCallRecorder())
+                        recorder=HookCallRecorder(),
+                        tenant=TenantGate(informer.tenant, informer.pods, informer.node))
     applier = Applier(executor.apply, executor.quota_limited_above, defer_be_quota=not config.standalone)
     oom_score = oomscore.for_cgroups(lambda rel_dir: options.reader.read("cgroup_procs", rel_dir),
                                      oomscore.OomScoreWriter(layout.paths.proc_root, audit))
@@ -341,6 +344,7 @@ def build_qos(config: Config, state_dir: Path, layout: Any, driver: DriverGuess,
         cookies=CookieBook(coresched),
         resctrl=resctrl_executor(layout.paths, audit, metrics, qos.resource_force_update_seconds),
         netqos=netqos_backends(qos, informer),
+        closid_reserve=informer.tenant.closid_reserve,
     )
     holder = NodeSLOHolder()
     source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file and companion is None else None

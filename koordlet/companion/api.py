@@ -5,21 +5,33 @@ The server runs on grpc's asyncio stack in a thread of its own, so an idle watch
 a thread (a cluster has one stream per node), and :meth:`CompanionServer.notify` pushes a changed NodeSLO to
 its watchers at once: there is no polling between a ConfigMap change and the koordlet.
 
-Every call must carry ``authorization: Bearer <token>`` (compared in constant time); TLS is optional (a
-certificate and key file).  HTTP/2 keepalive pings on both ends notice a peer that vanished without closing
-its connection (a powered-off node), so its stream and coroutine are released.
+Every call authenticates to an :class:`~koordlet.companion.auth.Identity` (``authorization: Bearer <token>``;
+see :mod:`koordlet.companion.auth`).  A koordlet's identity is bound to its node: a ``node_name`` other than
+that node is ``PERMISSION_DENIED``, so a node reports, watches and evicts for itself only.  The unbound modes
+(a shared token, none) are refused on an address other hosts reach unless ``insecure``.  A review that needs
+kube-apiserver runs on a thread; a cached one is answered on the loop.  TLS is optional (certificate and key as
+files or PEM bytes).  HTTP/2 keepalive pings on both ends notice a peer that vanished without closing its
+connection (a powered-off node), so its stream and coroutine are released.
+
+The server holds under abuse: at most ``max_concurrent_rpcs`` calls at once (RESOURCE_EXHAUSTED beyond, never a
+queue), :data:`MAX_CONCURRENT_STREAMS` per connection, connections without calls closed after
+:data:`MAX_CONNECTION_IDLE_MS`, request headers capped at :data:`MAX_METADATA_BYTES`, messages at
+:data:`MAX_MESSAGE_BYTES`, and a client pinging too often is sent GOAWAY.
 
 The status arrives as Koordinator JSON and is decoded with :meth:`NodeMetricStatus.from_json`, so the CR shape
-has one definition; a status that does not decode is ``INVALID_ARGUMENT`` with the field path.  Decoding and
-``on_metric`` run on a small thread pool, off the event loop, so a slow consumer (an apiserver write) never
-delays a NodeSLO push.
+has one definition; a status that does not decode is ``INVALID_ARGUMENT`` with the field path.  Decoding (up to
+:data:`MAX_MESSAGE_BYTES`) and ``on_metric`` run on a small thread pool, off the event loop, so a large report or
+a slow consumer never delays a NodeSLO push.
+
+``EvictPod`` answers ``PERMISSION_DENIED`` for a pod that is not on the caller's node (never saying where it is)
+and ``RESOURCE_EXHAUSTED`` when an eviction rate limit refuses it (:mod:`koordlet.companion.ratelimit`); the
+koordlet retries either on a later round.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import os
@@ -27,6 +39,7 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,6 +47,18 @@ import grpc
 
 from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
 from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
+from koordlet.companion.auth import (
+    AnonymousAuthenticator,
+    Authenticator,
+    AuthError,
+    Forbidden,
+    Identity,
+    StaticTokenAuthenticator,
+    Unauthenticated,
+    check_exposure,
+    is_loopback,
+)
+from koordlet.companion.ratelimit import EvictionRateLimited
 from koordlet.errors import KoordletError, ParseError
 from koordlet.system.unixsocket import remove_stale_socket
 
@@ -51,8 +76,12 @@ MetricConsumer = Callable[[str, NodeMetricStatus], None]
 AUTHORIZATION_KEY: Final = "authorization"
 BEARER_PREFIX: Final = "Bearer "
 SOCKET_MODE: Final = 0o600
+INGEST_WORKERS: Final = 2
 """Threads decoding reports and calling ``on_metric``.  Decoding holds the GIL, so more threads do not decode
 faster; they keep reports flowing while ``on_metric`` waits on I/O (an apiserver write)."""
+AUTH_WORKERS: Final = 8
+"""Threads asking kube-apiserver for token reviews (a companion restart brings every koordlet back at once;
+reviews of one token are coalesced, and the answers cached)."""
 START_TIMEOUT_SECONDS: Final = 10.0
 STOP_GRACE_SECONDS: Final = 2.0
 MAX_MESSAGE_BYTES: Final = 16 << 20
@@ -66,6 +95,25 @@ MIN_CLIENT_PING_INTERVAL_MS: Final = 20_000
 """Pings from clients closer together than this are answered with GOAWAY ``too_many_pings``; the koordlet
 pings every ``KEEPALIVE_TIME_MS`` (30 s), above it."""
 
+MAX_PING_STRIKES: Final = 2
+"""Pings too close together tolerated before that GOAWAY (gRPC's default, stated)."""
+
+DEFAULT_MAX_CONCURRENT_RPCS: Final = 10_000
+"""Calls admitted at once across all connections; beyond, a call fails at once with RESOURCE_EXHAUSTED (the
+koordlet retries it) instead of taking another coroutine.  Each koordlet holds one ``WatchNodeSLO`` stream for
+good, so this must stay above the number of nodes (``--max-concurrent-rpcs``)."""
+MAX_CONCURRENT_STREAMS: Final = 16
+"""Calls at once on one connection: a koordlet needs its watch and a few unary calls; more streams from one
+client wait on its side (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS) rather than queue on the server."""
+MAX_CONNECTION_IDLE_MS: Final = 10 * 60 * 1000
+"""A connection with no call for this long is closed (GOAWAY): a connection opened and never used is not held
+for good.  A koordlet's connection is never idle (its watch is open); its channel reconnects when it needs to."""
+MAX_METADATA_BYTES: Final = 16 * 1024
+"""Request headers: the bearer token (a projected service-account JWT is 1-2 KiB) and gRPC's own."""
+# No grpc.max_connection_age_ms: when the age and its grace run out, gRPC ends the koordlet's open watch with
+# UNAVAILABLE ("max connection age"), which the koordlet logs as a failed watch and answers with an extra
+# report, every age on every node.  Watches would first have to end themselves cleanly within the grace.
+
 SERVER_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
     # gRPC binds with SO_REUSEPORT by default: a second companion on the same port would then start "fine" and
     # take half the connections.  Off, the second bind fails loudly.
@@ -76,13 +124,17 @@ SERVER_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
     ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
+    ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+    ("grpc.max_connection_idle_ms", MAX_CONNECTION_IDLE_MS),
+    ("grpc.max_metadata_size", MAX_METADATA_BYTES),
 )
 
 
 class EvictionRefused(KoordletError, PermissionError):
-    """A koordlet asked to evict a pod that is not on its node."""
+    """A koordlet asked to evict a pod that is not on its node.  The message must not say where the pod is."""
 
 
 Evict = Callable[[str, str, str, str, str], str]
@@ -96,18 +148,29 @@ def _unix_ms(seconds: float) -> int:
     return int(seconds * 1000)
 
 
+def _bearer(context: Any) -> str | None:
+    """The bearer token of a call's ``authorization`` metadata; None when there is none."""
+    for key, value in context.invocation_metadata() or ():
+        if key == AUTHORIZATION_KEY:
+            text = value if isinstance(value, str) else bytes(value).decode(errors="replace")
+            if text.startswith(BEARER_PREFIX):
+                return text[len(BEARER_PREFIX):].strip() or None
+            return None
+    return None
+
+
 class _Servicer(companion_pb2_grpc.CompanionServicer):
     def __init__(self, server: CompanionServer) -> None:
         self._server = server
 
     async def ReportNodeMetric(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC method names)
-        await self._server.authenticate(context)
-        if not request.node_name:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_name: required")
+        await self._server.authorize(context, request.node_name)
+        loop = asyncio.get_running_loop()
         try:
-            # Inline on the event loop: decoding is ~0.5 ms, and a thread hand-off per report cost more
-            # than it saved (measured); on_metric must not block (the companion queues its API writes).
-            policy_json = self._server.ingest(request.node_name, bytes(request.status_json))
+            # On the ingest pool: a typical report decodes in ~0.5 ms, but one may be 16 MiB (seconds of
+            # decoding), which on the loop would stall every NodeSLO push and keepalive.
+            policy_json = await loop.run_in_executor(self._server.ingest_pool, self._server.ingest,
+                                                     request.node_name, bytes(request.status_json))
         except ParseError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Exception as exc:  # the consumer failed: the koordlet retries next interval
@@ -116,12 +179,12 @@ class _Servicer(companion_pb2_grpc.CompanionServicer):
         return companion_pb2.ReportNodeMetricResponse(accepted=True, collect_policy_json=policy_json)
 
     async def EvictPod(self, request: Any, context: Any) -> Any:  # noqa: N802
-        await self._server.authenticate(context)
+        await self._server.authorize(context, request.node_name)
         evict = self._server.evict
         if evict is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this companion has no Kubernetes to evict through")
         assert evict is not None  # abort() raised otherwise
-        for field in ("node_name", "namespace", "name"):
+        for field in ("namespace", "name"):
             if not getattr(request, field):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: required")
         loop = asyncio.get_running_loop()
@@ -131,15 +194,15 @@ class _Servicer(companion_pb2_grpc.CompanionServicer):
                                                 request.reason, request.message)
         except EvictionRefused as exc:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        except EvictionRateLimited as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except KoordletError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"eviction of {request.namespace}/{request.name}: {exc}")
         return companion_pb2.EvictPodResponse(result=result)
 
     async def WatchNodeSLO(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
-        await self._server.authenticate(context)
+        await self._server.authorize(context, request.node_name)
         node = request.node_name
-        if not node:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_name: required")
         # Headers go out at once so the koordlet knows the watch is established even while nothing changes.
         await context.send_initial_metadata(())
         instance = self._server.instance
@@ -172,32 +235,60 @@ class _Servicer(companion_pb2_grpc.CompanionServicer):
 class CompanionServer:
     """``Companion`` on ``bind`` (``host:port``, port 0 picks one, or ``unix:/path``).
 
-    ``token`` None turns authentication off (a unix socket of mode 0600 in the standalone koordlet); TLS is on
-    when ``cert_file`` and ``key_file`` are given.  ``collect_policy`` (optional) tells each koordlet the
-    NodeMetric collect policy wanted for its node; without it the response carries none and koordlets keep
-    their own."""
+    Who may call: ``authenticator`` (per-node identities, :class:`~koordlet.companion.auth.TokenReviewAuthenticator`),
+    else the shared ``token``, else nobody is asked (a unix socket of mode 0600 in the standalone koordlet).  The
+    last two bind no caller to a node and are refused on an address other hosts reach unless ``insecure``.  At
+    most ``max_concurrent_rpcs`` calls run at once (every koordlet's watch is one: keep it above the node
+    count); one more is answered RESOURCE_EXHAUSTED at once.  TLS is on when ``cert_file`` and ``key_file`` (or
+    ``cert_pem`` and ``key_pem``) are given.  ``collect_policy`` (optional) tells each koordlet the NodeMetric
+    collect policy wanted for its node; without it the response carries none and koordlets keep their own."""
 
     name: Final = "companion-api"
 
     def __init__(self, bind: str, token: str | None, slo_for_node: SLOForNode, on_metric: MetricConsumer, *,
                  collect_policy: Callable[[str], NodeMetricCollectPolicy | None] | None = None,
                  cert_file: str | None = None, key_file: str | None = None,
-                 evict: Evict | None = None) -> None:
+                 cert_pem: bytes | None = None, key_pem: bytes | None = None,
+                 evict: Evict | None = None, authenticator: Authenticator | None = None,
+                 insecure: bool = False, max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS) -> None:
         if (cert_file is None) != (key_file is None):
             raise CompanionAPIError("companion API: TLS needs both cert_file and key_file")
+        if (cert_pem is None) != (key_pem is None):
+            raise CompanionAPIError("companion API: TLS needs both cert_pem and key_pem")
+        if cert_file is not None and cert_pem is not None:
+            raise CompanionAPIError("companion API: give the TLS certificate as files or as PEM, not both")
         if token is not None and not token:
             raise CompanionAPIError("companion API: token is empty (use None to turn authentication off)")
+        if token is not None and authenticator is not None:
+            raise CompanionAPIError("companion API: give a token or an authenticator, not both")
+        if max_concurrent_rpcs < 1:
+            raise CompanionAPIError(f"companion API: max_concurrent_rpcs must be at least 1, got "
+                                    f"{max_concurrent_rpcs}")
+        if authenticator is None:
+            authenticator = StaticTokenAuthenticator(token) if token is not None else AnonymousAuthenticator()
+        try:
+            check_exposure(bind, authenticator, insecure)
+        except KoordletError as exc:
+            raise CompanionAPIError(str(exc)) from None
+        self.authenticator: Authenticator = authenticator
+        self.insecure = insecure
+        self.max_concurrent_rpcs = max_concurrent_rpcs
+        """Calls admitted at once (watches included); beyond, RESOURCE_EXHAUSTED."""
         self.bind = bind
         self.slo_for_node = slo_for_node
         self._on_metric = on_metric
         self._collect_policy = collect_policy
         self.evict = evict
         """(node, namespace, name, reason, message) -> "evicted" | "blocked" | "gone"; raises EvictionRefused
-        for a pod of another node, KoordletError when the eviction could not be asked for.  None: no evictions
-        (EvictPod answers UNIMPLEMENTED)."""
-        self._expected = (BEARER_PREFIX + token).encode() if token is not None else None
+        for a pod of another node (PERMISSION_DENIED), EvictionRateLimited over a rate limit (RESOURCE_EXHAUSTED),
+        KoordletError when the eviction could not be asked for (UNAVAILABLE).  ``node`` is the caller's own node
+        when the caller is bound to one.  None: no evictions (EvictPod answers UNIMPLEMENTED)."""
         self._cert_file = cert_file
         self._key_file = key_file
+        self._cert_pem = cert_pem
+        self._key_pem = key_pem
+        self.ingest_pool: ThreadPoolExecutor | None = None
+        self._auth_pool: ThreadPoolExecutor | None = None
         self.port = 0
         """The bound TCP port once started (0 for a unix socket)."""
         self.stopping = False
@@ -211,17 +302,37 @@ class CompanionServer:
 
     # ------------------------------------------------------------------------------------- handlers
 
-    async def authenticate(self, context: Any) -> None:
-        """Aborts the call with UNAUTHENTICATED unless it carries the bearer token."""
-        if self._expected is None:
-            return
-        presented = b""
-        for key, value in context.invocation_metadata() or ():
-            if key == AUTHORIZATION_KEY:
-                presented = value.encode() if isinstance(value, str) else bytes(value)
-                break
-        if not hmac.compare_digest(presented, self._expected):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+    async def authenticate(self, context: Any) -> Identity:
+        """The caller's identity; aborts the call with UNAUTHENTICATED (no or a refused token),
+        PERMISSION_DENIED (a valid token of someone else) or UNAVAILABLE (kube-apiserver could not be asked)."""
+        token = _bearer(context)
+        try:
+            identity = self.authenticator.cached(token)
+            if identity is None:
+                loop = asyncio.get_running_loop()
+                identity = await loop.run_in_executor(self._auth_pool, self.authenticator.authenticate, token)
+        except Unauthenticated as exc:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            raise  # abort() raised already
+        except Forbidden as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+            raise
+        except AuthError as exc:  # AuthUnavailable, or any other refusal the authenticator could not classify
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            raise
+        return identity
+
+    async def authorize(self, context: Any, node_name: str) -> Identity:
+        """Authenticates the caller and checks it may speak for ``node_name`` (required)."""
+        identity = await self.authenticate(context)
+        if not node_name:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_name: required")
+        if identity.node is not None and node_name != identity.node:
+            log.warning("companion API call for another node refused",
+                        extra={"caller": identity.name, "node": identity.node, "asked_for": node_name})
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"node_name {node_name!r}: this caller speaks for node {identity.node!r} only")
+        return identity
 
     def ingest(self, node: str, status_json: bytes) -> bytes:
         """Decodes one report and hands it on; returns the collect policy JSON for the reply (b"" for none).
@@ -230,6 +341,8 @@ class CompanionServer:
             document = json.loads(status_json)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ParseError(f"status_json: not valid JSON: {exc}") from None
+        except RecursionError:  # "[[[[..." a few thousand deep: the C decoder recurses per level
+            raise ParseError("status_json: nested too deeply") from None
         status = NodeMetricStatus.from_json(document, "status")
         self._on_metric(node, status)
         return self.collect_policy_json(node)
@@ -275,31 +388,40 @@ class CompanionServer:
 
         self.stopping = False
         self.instance = secrets.token_hex(8)
+        self.ingest_pool = ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="companion-ingest")
+        self._auth_pool = ThreadPoolExecutor(AUTH_WORKERS, thread_name_prefix="companion-auth")
         self._thread = threading.Thread(target=run, name="companion-api", daemon=True)
         self._thread.start()
         if not ready.wait(START_TIMEOUT_SECONDS) or failure:
             self._thread.join(STOP_GRACE_SECONDS)
             self._thread = None
+            self._shutdown_pools()
             cause = failure[0] if failure else TimeoutError("server did not start")
             if isinstance(cause, CompanionAPIError):
                 raise cause
             raise CompanionAPIError(f"companion API: cannot serve on {self.bind}: {cause}") from cause
         log.info("companion API serving", extra={"bind": self.bind, "port": self.port,
                                                  "tls": credentials is not None,
-                                                 "auth": self._expected is not None})
+                                                 "auth": self.authenticator.mode})
+        if not is_loopback(self.bind) and credentials is None and self.authenticator.mode != "none":
+            log.warning("companion API without TLS on a non-loopback address: bearer tokens cross the network in "
+                        "clear", extra={"bind": self.bind})
 
     def _credentials(self) -> Any:
-        if self._cert_file is None or self._key_file is None:
+        if self._cert_pem is not None and self._key_pem is not None:
+            cert, key = self._cert_pem, self._key_pem
+        elif self._cert_file is not None and self._key_file is not None:
+            try:
+                cert = Path(self._cert_file).read_bytes()
+                key = Path(self._key_file).read_bytes()
+            except OSError as exc:
+                raise CompanionAPIError(f"companion API: cannot read TLS files: {exc}") from None
+        else:
             return None
-        try:
-            cert = Path(self._cert_file).read_bytes()
-            key = Path(self._key_file).read_bytes()
-        except OSError as exc:
-            raise CompanionAPIError(f"companion API: cannot read TLS files: {exc}") from None
         return grpc.ssl_server_credentials([(key, cert)])
 
     async def _serve(self, credentials: Any) -> None:
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server = grpc.aio.server(options=SERVER_OPTIONS, maximum_concurrent_rpcs=self.max_concurrent_rpcs)
         companion_pb2_grpc.add_CompanionServicer_to_server(  # type: ignore[no-untyped-call]
             _Servicer(self), server)
         unix_path = self.bind[len("unix:"):] if self.bind.startswith("unix:") else None
@@ -326,6 +448,12 @@ class CompanionServer:
         else:
             self.port = port
         self._server = server
+
+    def _shutdown_pools(self) -> None:
+        for pool in (self.ingest_pool, self._auth_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self.ingest_pool = self._auth_pool = None
 
     def notify(self, node_name: str | None = None) -> None:
         """Wakes the watchers of ``node_name`` (every watcher for None) to re-read their spec; thread-safe and
@@ -361,6 +489,7 @@ class CompanionServer:
         thread.join(timeout_seconds + STOP_GRACE_SECONDS)
         if thread.is_alive():
             log.warning("companion API still stopping", extra={"timeout_seconds": timeout_seconds})
+        self._shutdown_pools()
         self._server = None
         if self.bind.startswith("unix:"):
             with contextlib.suppress(OSError):

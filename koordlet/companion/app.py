@@ -20,18 +20,40 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from prometheus_client import REGISTRY
 
 from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
 from koordlet.apis.pod import pod_from_json
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.apis.sloconfig import configmap_data_from_yaml
-from koordlet.companion.api import CompanionServer, EvictionRefused
+from koordlet.companion.api import DEFAULT_MAX_CONCURRENT_RPCS, CompanionServer, EvictionRefused
+from koordlet.companion.auth import (
+    AUTH_MODES,
+    CACHE_TTL_SECONDS,
+    DEFAULT_AUDIENCE,
+    DEFAULT_SERVICE_ACCOUNT,
+    Authenticator,
+    KubeReviewAPI,
+    TokenReviewAuthenticator,
+)
 from koordlet.companion.batchresource import BatchValues, CPUMemory, NodeInput, PodInput, calculate, needs_update
 from koordlet.companion.extender import LoadAwareArgs, LoadAwareExtender, NodeStore, make_server
+from koordlet.companion.ratelimit import (
+    DEFAULT_BURST,
+    DEFAULT_NODE_BURST,
+    DEFAULT_NODE_RATE,
+    DEFAULT_RATE,
+    EvictionLimiter,
+    RateLimit,
+)
 from koordlet.companion.slocontroller import SLOController
-from koordlet.errors import KoordletError
+from koordlet.errors import ConfigError, KoordletError
+from koordlet.metrics.server import DEFAULT_LIMITS as METRICS_LIMITS
+from koordlet.metrics.server import MetricsServer, serve
+from koordlet.system.httpserver import ServerLimits
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +64,29 @@ CONFIG_POLL_SECONDS = 1.0
 class CompanionOptions:
     grpc_addr: str = "0.0.0.0:9320"
     extender_addr: str = "0.0.0.0:9321"
+    metrics_addr: str = ""
+    """Prometheus ``/metrics`` of the process (``host:port``, ``:9322`` for every address); empty: not served."""
+    metrics_limits: ServerLimits = METRICS_LIMITS
+    """What the metrics server lets its clients take (koordlet's :9316 limits)."""
+    max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS
+    """gRPC calls admitted at once; each koordlet holds one watch, so above the node count."""
+    auth: str = ""
+    """``tokenreview`` (per-node identities, needs Kubernetes), ``token`` (the shared ``token``) or ``none``;
+    empty: ``token`` when one is given, else ``tokenreview`` with Kubernetes, else ``none``."""
     token: str | None = None
+    token_audiences: tuple[str, ...] = (DEFAULT_AUDIENCE,)
+    koordlet_service_account: str = DEFAULT_SERVICE_ACCOUNT
+    auth_cache_seconds: float = CACHE_TTL_SECONDS
+    insecure: bool = False
+    """Serve a non-loopback address with a shared token or no authentication (no per-node identity)."""
     cert_file: str | None = None
     key_file: str | None = None
+    cert_pem: bytes | None = None
+    key_pem: bytes | None = None
+    eviction_limit: RateLimit = field(default_factory=lambda: RateLimit(DEFAULT_RATE, DEFAULT_BURST))
+    """Evictions per second (and burst) across the cluster; rate 0: no limit."""
+    node_eviction_limit: RateLimit = field(default_factory=lambda: RateLimit(DEFAULT_NODE_RATE, DEFAULT_NODE_BURST))
+    """Evictions per second (and burst) of one node; rate 0: no limit."""
     config_file: str = ""
     """A ``slo-controller-config`` ConfigMap as YAML, for running without Kubernetes."""
     scheduler_args: LoadAwareArgs | None = None
@@ -96,10 +138,15 @@ class Companion:
         self.controller = SLOController()
         self.store = NodeStore(options.scheduler_args)
         self.extender = LoadAwareExtender(self.store)
-        self.server = CompanionServer(options.grpc_addr, options.token, self._slo_for_node, self._on_metric,
+        self.limiter = EvictionLimiter(options.eviction_limit, options.node_eviction_limit)
+        authenticator = self._authenticator(options, api_client)
+        self.server = CompanionServer(options.grpc_addr, options.token if authenticator is None else None,
+                                      self._slo_for_node, self._on_metric,
                                       collect_policy=self._collect_policy, cert_file=options.cert_file,
-                                      key_file=options.key_file,
-                                      evict=self._evict if api_client is not None else None)
+                                      key_file=options.key_file, cert_pem=options.cert_pem, key_pem=options.key_pem,
+                                      evict=self._evict if api_client is not None else None,
+                                      authenticator=authenticator, insecure=options.insecure,
+                                      max_concurrent_rpcs=options.max_concurrent_rpcs)
         self._lock = threading.Lock()
         self._nodes: dict[str, _NodeState] = {}
         self._pod_nodes: dict[tuple[str, str], str] = {}
@@ -110,14 +157,35 @@ class Companion:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._http: Any = None
+        self._metrics: MetricsServer | None = None
         self._watchers: list[Any] = []
         self._elector: Any = None
         self._slo_writer: Any = None
         self._metric_writer: Any = None
+        self._batch_writer: Any = None
         self._leading = api_client is not None and not options.leader_elect
         self.controller.subscribe(self._slo_changed)
         self.batch: dict[str, Any] = {}
         """node -> the last batch calculation (for logs, koordctl and tests)."""
+
+    @staticmethod
+    def _authenticator(options: CompanionOptions, api_client: Any) -> Authenticator | None:
+        """The per-node authenticator, or None for the shared token / no authentication."""
+        mode = options.auth or ("token" if options.token is not None else
+                                "tokenreview" if api_client is not None else "none")
+        if mode not in AUTH_MODES:
+            raise ConfigError(f"auth: expected one of {', '.join(AUTH_MODES)}, got {mode!r}")
+        if mode == "token" and options.token is None:
+            raise ConfigError("auth=token needs the shared token (--token-file)")
+        if mode != "token" and options.token is not None:
+            raise ConfigError(f"auth={mode} takes no shared token (--token-file is for auth=token)")
+        if mode != "tokenreview":
+            return None
+        if api_client is None:
+            raise ConfigError("auth=tokenreview needs Kubernetes (TokenReview); without it use auth=token or none")
+        return TokenReviewAuthenticator(KubeReviewAPI(api_client), audiences=options.token_audiences,
+                                        service_account=options.koordlet_service_account,
+                                        ttl_seconds=options.auth_cache_seconds)
 
     # --- koordlet-facing -------------------------------------------------------------------------------
 
@@ -139,7 +207,7 @@ class Companion:
             **({"reportIntervalSeconds": report} if report is not None else {})}})
 
     def _on_metric(self, node: str, status: NodeMetricStatus) -> None:
-        """Called on the API's event loop: in-memory work only; writes are queued."""
+        """Called on the API's ingest pool: in-memory work only; writes are queued."""
         self.store.update_node_metric(node, status)
         with self._lock:
             state = self._nodes.setdefault(node, _NodeState())
@@ -172,6 +240,9 @@ class Companion:
 
     def remove_node(self, name: str) -> None:
         self.store.remove_node(name)
+        for writer in (self._slo_writer, self._metric_writer, self._batch_writer):
+            if writer is not None:
+                writer.backoff.forget(name)
         self.controller.remove_node(name)
         with self._lock:
             self._nodes.pop(name, None)
@@ -205,15 +276,26 @@ class Companion:
 
     def _evict(self, node: str, namespace: str, name: str, reason: str, message: str) -> str:
         """A koordlet's eviction, through the Eviction API; only for pods bound to that koordlet's node (a
-        compromised node must not evict the cluster's pods)."""
+        compromised node must not evict the cluster's pods), within the eviction rate limits (raises
+        EvictionRateLimited)."""
         from koordlet.companion import kube
 
         with self._lock:
             bound = self._pod_nodes.get((namespace, name))
         if bound != node:
-            raise EvictionRefused(f"pod {namespace}/{name} is not on node {node} (bound to {bound or 'no node'})")
-        log.info("evicting pod %s/%s for node %s: %s: %s", namespace, name, node, reason, message)
-        result = kube.evict_pod(self._api, namespace, name)
+            # One answer for a pod elsewhere and for no such pod: the caller learns nothing about other nodes.
+            log.warning("eviction of pod %s/%s refused: asked for by node %s, bound to %s", namespace, name, node,
+                        bound or "no node")
+            raise EvictionRefused(f"pod {namespace}/{name} is not on node {node}")
+        self.limiter.acquire(node)
+        evicted = False
+        try:
+            log.info("evicting pod %s/%s for node %s: %s: %s", namespace, name, node, reason, message)
+            result = kube.evict_pod(self._api, namespace, name)
+            evicted = result is kube.EvictionResult.EVICTED
+        finally:
+            if not evicted:  # refused by a budget, gone, or failed: nothing was disrupted
+                self.limiter.refund(node)
         return {kube.EvictionResult.EVICTED: "evicted", kube.EvictionResult.BLOCKED_BY_PDB: "blocked",
                 kube.EvictionResult.GONE: "gone"}[result]
 
@@ -267,11 +349,13 @@ class Companion:
                     old, at = state.written, state.written_at
                 now = self._clock()
                 if old is None or needs_update(old, result, at, now, self.controller.colocation_for(node)):
-                    kube.patch_node_batch_resources(self._api, node, result.batch_cpu_milli,
-                                                    result.batch_memory_bytes)
-                    with self._lock:
-                        state.written, state.written_at = result.values, now
-                    log.info("node %s batch resources: %s", node, result.reason)
+                    # A node whose patch kube-apiserver refuses for good backs off alone (DEFERRED) and is
+                    # queued again when its pause ends; the other nodes' writes go on.
+                    applied = self._batch_writer.apply(node, result.batch_cpu_milli, result.batch_memory_bytes)
+                    if applied is not kube.ApplyResult.DEFERRED:
+                        with self._lock:
+                            state.written, state.written_at = result.values, now
+                        log.info("node %s batch resources: %s", node, result.reason)
             elif result is not None and self._api is None:
                 log.info("node %s batch resources (not written: no Kubernetes): cpu %s milli, memory %s bytes",
                          node, result.batch_cpu_milli, result.batch_memory_bytes)
@@ -299,10 +383,20 @@ class Companion:
         log.warning("no longer leading: writes stop, serving goes on")
 
     def start(self) -> None:
-        self.server.start()
-        host, port = _split(self.options.extender_addr)
-        self._http = make_server(self.extender, host, port)
-        self._spawn("extender-http", self._http.serve_forever)
+        """Serves the API, the extender and the metrics and starts the controllers; on a failure (a port taken)
+        what was started is stopped again before the error is raised."""
+        try:
+            self.server.start()
+            host, port = _split(self.options.extender_addr)
+            http = make_server(self.extender, host, port)
+            self._spawn("extender-http", http.serve_forever)
+            self._http = http  # only once serving: stop()'s shutdown() waits for the serving loop
+            if self.options.metrics_addr:
+                # Bounded connections, header and write deadlines: prometheus_client's own server has none.
+                self._metrics = serve(REGISTRY, self.options.metrics_addr, limits=self.options.metrics_limits)
+        except BaseException:
+            self.stop()
+            raise
         self._spawn("writer", self._writer)
         if self._api is None:
             self._spawn("config-file", self._poll_config_file)
@@ -334,8 +428,10 @@ class Companion:
 
         # One writer each, kept: they remember what they last wrote, so a server-normalised object is not
         # rewritten on every change.
-        self._slo_writer = kube.NodeSLOWriter(self._api)
-        self._metric_writer = kube.NodeMetricWriter(self._api)
+        # A write refused for good backs off for its object only; when the pause ends the node is queued again.
+        self._slo_writer = kube.NodeSLOWriter(self._api, on_retry=lambda node: self._queue(node, "slo"))
+        self._metric_writer = kube.NodeMetricWriter(self._api, on_retry=lambda node: self._queue(node, "metric"))
+        self._batch_writer = kube.NodeBatchResourceWriter(self._api, on_retry=lambda node: self._queue(node, "batch"))
         self._watchers = [
             kube.ConfigMapWatcher(self._api, on_configmap, namespace=self.options.config_namespace,
                                   name=self.options.config_name),
@@ -379,7 +475,13 @@ class Companion:
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
+        if self._metrics is not None:
+            self._metrics.stop()
+            self._metrics = None
         self.server.stop()
+        for writer in (self._slo_writer, self._metric_writer, self._batch_writer):
+            if writer is not None:
+                writer.backoff.close()  # pending retry timers
         for thread in self._threads:
             thread.join(5.0)
 

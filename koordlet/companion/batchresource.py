@@ -34,12 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from koordlet.apis.extension import ANNOTATION_NODE_RESERVATION, PriorityClass, QoSClass
-from koordlet.apis.gojson import member
+from koordlet.apis.gojson import loads, member
 from koordlet.apis.nodemetric import NodeMetricStatus, PodMetricInfo, ResourceMap
 from koordlet.apis.pod import Pod
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.apis.sloconfig import ColocationStrategy, default_colocation_strategy
 from koordlet.errors import ParseError
+from koordlet.system.validators import CpuList
 
 POLICY_USAGE: Final = "usage"
 POLICY_REQUEST: Final = "request"
@@ -220,6 +221,9 @@ def parse_cpuset(text: str) -> frozenset[int]:
         start, end = int(bounds[0]), int(bounds[-1])
         if start > end:
             raise ValueError(f"invalid cpu list {text!r}: range {part!r} is reversed")
+        # A node annotation is anyone's with node edit rights: "0-99999999999" would fill the memory.
+        if end > CpuList.MAX_ID:
+            raise ValueError(f"invalid cpu list {text!r}: cpu id {end} above {CpuList.MAX_ID}")
         cpus.update(range(start, end + 1))
     return frozenset(cpus)
 
@@ -236,7 +240,7 @@ def parse_node_reservation(node_name: str, annotations: Mapping[str, str]) -> CP
         return None
     where = f"node {node_name}: annotation {ANNOTATION_NODE_RESERVATION}"
     try:
-        obj = json.loads(raw)
+        obj = loads(raw)
     except (json.JSONDecodeError, TypeError) as exc:
         raise ParseError(f"{where}: not valid JSON ({exc}): {raw!r}") from None
     if obj is None:

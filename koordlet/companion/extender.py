@@ -40,6 +40,14 @@ told which node won, so :class:`NodeStore` exposes the same cache as :meth:`Node
 timestamped by its ``PodScheduled`` condition as upstream does).  The extender does not implement the
 ``bind`` verb: binding would make it responsible for creating the Binding.
 
+**Requests never change the store.**  The ``Nodes`` form carries whole Node objects, but the store follows
+the companion's own Node watch: a node it knows is answered from there whatever the request claims, and a
+node it has no Node object of is answered from the request's copy for that answer only.  Otherwise one
+request could rewrite a real node's allocatable and thresholds for every later (names-only) answer.
+
+**Serving** (:func:`make_server`): bodies up to 16 MiB (413 beyond, unread), deadlines on every request and
+idle connection, at most 64 connections and two requests decoded at once (:data:`DEFAULT_LIMITS`).
+
 **Cost**: everything that depends only on the node (allocatable, thresholds, the usage base above) is
 computed when a Node, a NodeMetric or an assignment changes; a request costs the pod's estimate once
 plus a few float operations per node.  Only ``cpu`` and ``memory`` are tracked: a threshold on another
@@ -56,7 +64,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
@@ -84,6 +91,7 @@ from koordlet.apis.nodemetric import (
 )
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.errors import ConfigError, ParseError
+from koordlet.system.httpserver import LimitedHTTPServer, LimitedRequestHandler, RequestRefused, ServerLimits
 from koordlet.system.kubepaths import KubeQoS
 
 log = logging.getLogger(__name__)
@@ -108,8 +116,18 @@ REASON_USAGE_EXCEED_THRESHOLD: Final = "node(s) {} usage exceed threshold"
 REASON_AGGREGATED_USAGE_EXCEED_THRESHOLD: Final = "node(s) {} aggregated usage exceed threshold"
 REASON_UNKNOWN_NODE: Final = "node(s) unknown to the load-aware extender: no Node object seen"
 
-MAX_BODY_BYTES: Final = 256 * 1024 * 1024
-"""A full NodeList of 5,000 nodes is tens of MiB; anything far beyond is not a scheduler talking."""
+MAX_BODY_BYTES: Final = 16 * 1024 * 1024
+"""Largest request body: ExtenderArgs of 5,000 node names is under 100 KiB; the full ``Nodes`` form of a
+large cluster is tens of MiB and such a cluster configures the extender ``nodeCacheCapable`` (names only).
+Decoded, a body takes several times its size, and the companion runs with a 512 MiB memory limit."""
+MAX_ACTIVE_REQUESTS: Final = 2
+"""Requests read, decoded and answered at once: the work holds the GIL anyway (kube-scheduler sends one pod's
+filter, then its prioritize), and this bounds the memory of bodies in flight to twice the cap plus decoding."""
+DEFAULT_LIMITS: Final = ServerLimits(max_connections=64, idle_timeout_seconds=90.0, header_timeout_seconds=10.0,
+                                     body_timeout_seconds=30.0, write_timeout_seconds=30.0,
+                                     max_body_bytes=MAX_BODY_BYTES, max_active_requests=MAX_ACTIVE_REQUESTS,
+                                     slot_wait_seconds=10.0)
+"""The extender's HTTP limits (kube-scheduler's default extender ``httpTimeout`` is 30 s)."""
 
 _CPU: Final = "cpu"
 _MEMORY: Final = "memory"
@@ -133,6 +151,14 @@ def _mapping(value: Any, where: str, error: type[ValueError] = ConfigError) -> M
         return {}
     if not isinstance(value, Mapping):
         raise error(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ParseError(f"{where}: expected a list, got {type(value).__name__}")
     return value
 
 
@@ -404,14 +430,13 @@ def _pod_resources(spec: Mapping[str, Any], key: str, where: str) -> dict[str, i
     containers, raised to the largest init container (restartable sidecars run alongside everything
     started after them), plus the pod overhead."""
     total: dict[str, int] = {}
-    containers = member(spec, "containers") or []
-    for i, container in enumerate(containers):
+    for i, container in enumerate(_list(member(spec, "containers"), f"{where}.containers")):
         resources = _mapping(member(_mapping(container, f"{where}.containers[{i}]", ParseError), "resources"),
                              f"{where}.containers[{i}].resources", ParseError)
         _add(total, _resource_list(member(resources, key), f"{where}.containers[{i}].resources.{key}"))
     init_max: dict[str, int] = {}
     sidecars: dict[str, int] = {}
-    for i, container in enumerate(member(spec, "initContainers") or []):
+    for i, container in enumerate(_list(member(spec, "initContainers"), f"{where}.initContainers")):
         container = _mapping(container, f"{where}.initContainers[{i}]", ParseError)
         resources = _mapping(member(container, "resources"), f"{where}.initContainers[{i}].resources", ParseError)
         values = _resource_list(member(resources, key), f"{where}.initContainers[{i}].resources.{key}")
@@ -461,10 +486,10 @@ def parse_pod(obj: Any, where: str = "Pod") -> PodInfo:
         qos = pod_qos({str(k): str(v) for k, v in labels.items()}, kube_qos)
         priority = PriorityClass.BATCH if qos is QoSClass.BE else PriorityClass.PROD
 
-    owners = member(metadata, "ownerReferences") or []
+    owners = _list(member(metadata, "ownerReferences"), f"{where}.metadata.ownerReferences")
     daemonset = any(isinstance(o, Mapping) and member(o, "kind") == "DaemonSet" for o in owners)
     scheduled: float | None = None
-    for condition in member(status, "conditions") or []:
+    for condition in _list(member(status, "conditions"), f"{where}.status.conditions"):
         if (isinstance(condition, Mapping) and member(condition, "type") == "PodScheduled"
                 and member(condition, "status") == "True"):
             text = member(condition, "lastTransitionTime")
@@ -558,7 +583,7 @@ def _profile(args: LoadAwareArgs, annotation: str | None) -> _Profile:
                                          f"{where}.aggregatedUsage.usageAggregationType")
             agg_seconds = _duration_seconds(member(custom_agg, "usageAggregatedDuration"),
                                             f"{where}.aggregatedUsage.usageAggregatedDuration")
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:
             log.debug("ignoring node usage-thresholds annotation", extra={"reason": str(exc)})
         else:
             usage = custom_usage or usage
@@ -680,8 +705,9 @@ class NodeStore:
     """Thread-safe per-node state: Node allocatable and annotations, the latest NodeMetric status, and
     the pods assigned to each node (upstream ``podAssignCache``).
 
-    Writers (Node and NodeMetric watches, the pod watch, the Nodes form of a request) take the lock and
-    rebuild the node's :class:`NodeView`; readers take the lock only to collect views."""
+    Writers (Node and NodeMetric watches, the pod watch) take the lock and rebuild the node's
+    :class:`NodeView`; readers take the lock only to collect views.  Requests only read: what a request
+    carries never changes the store (:meth:`request_views`)."""
 
     def __init__(self, args: LoadAwareArgs | None = None, clock: Callable[[], float] = time.time) -> None:
         self.args = args if args is not None else LoadAwareArgs()
@@ -706,6 +732,16 @@ class NodeStore:
         self._update_node(name, signature)
 
     def _update_node(self, name: str, signature: tuple[Any, ...]) -> None:
+        alloc, profile = self._node_inputs(name, signature)
+        with self._lock:
+            record = self._records.get(name)
+            if record is None:
+                record = self._records[name] = _NodeRecord(name)
+            record.known, record.alloc, record.signature, record.profile = True, alloc, signature, profile
+            self._rebuild(record)
+
+    def _node_inputs(self, name: str, signature: tuple[Any, ...]) -> tuple[tuple[int, int], _Profile]:
+        """Allocatable (CPU milli-cores, memory bytes) and the threshold profile of a Node's signature."""
         cpu_text, mem_text, thresholds, raw = signature
         alloc_cpu = _value_of(_CPU, cpu_text, f"node {name}: allocatable.cpu") if cpu_text is not None else 0
         alloc_mem = _value_of(_MEMORY, mem_text, f"node {name}: allocatable.memory") if mem_text is not None else 0
@@ -716,16 +752,9 @@ class NodeStore:
                     alloc_cpu = _value_of(_CPU, raw_alloc[_CPU], f"{ANNOTATION_NODE_RAW_ALLOCATABLE}.cpu")
                 if _MEMORY in raw_alloc:
                     alloc_mem = _value_of(_MEMORY, raw_alloc[_MEMORY], f"{ANNOTATION_NODE_RAW_ALLOCATABLE}.memory")
-            except ValueError as exc:  # upstream falls back to status.allocatable
+            except (ValueError, TypeError, RecursionError) as exc:  # upstream falls back to status.allocatable
                 log.debug("ignoring raw-allocatable annotation", extra={"node": name, "reason": str(exc)})
-        profile = _profile(self.args, thresholds)
-        with self._lock:
-            record = self._records.get(name)
-            if record is None:
-                record = self._records[name] = _NodeRecord(name)
-            record.known, record.alloc, record.signature, record.profile = True, (alloc_cpu, alloc_mem), signature, \
-                profile
-            self._rebuild(record)
+        return (alloc_cpu, alloc_mem), _profile(self.args, thresholds)
 
     def update_node_json(self, node: Any) -> None:
         """:meth:`update_node` from a ``v1.Node`` object."""
@@ -824,45 +853,65 @@ class NodeStore:
         with self._lock:
             return self._views.get(name)
 
-    def sync_nodes(self, items: list[Any]) -> tuple[list[str], list[NodeView | None]]:
-        """Brings the store up to date with the ``items`` of a NodeList; returns their names and views, in
-        order.  A node whose allocatable and relevant annotations are unchanged costs a few lookups; a
-        changed one is parsed again."""
+    def request_views(self, items: list[Any]) -> tuple[list[str], list[NodeView | None]]:
+        """The names and views of the ``items`` of a NodeList a request carries, in order; the store is
+        never changed by them.
+
+        A node the store knows (from the Node watch) is answered from the store: a request cannot rewrite
+        a real node's allocatable or thresholds, for itself or for anyone after it.  A node the store has
+        no Node object of gets a view built from the request's copy for this answer only (with the
+        NodeMetric and assignments the store has for that name), as a scheduler without a Node watch on
+        our side expects; the next request starts again from the store."""
         names: list[str] = []
         views: list[NodeView | None] = []
         append_name = names.append
         append_view = views.append
-        stale: list[tuple[int, str, tuple[Any, ...]]] = []
+        unknown: list[tuple[int, str, tuple[Any, ...]]] = []
         get_view = self._views.get
         with self._lock:
             for item in items:
                 # kube-scheduler writes Node objects with their canonical lower-case keys: index them directly
                 # (an ABC isinstance per node costs as much as the whole filter), fall back on odd input.
                 try:
-                    metadata = item["metadata"]
-                    name = metadata["name"]
-                    allocatable = item["status"]["allocatable"]
-                    annotations = metadata.get("annotations") or _NO_ANNOTATIONS
-                    signature = (allocatable.get(_CPU), allocatable.get(_MEMORY),
-                                 annotations.get(ANNOTATION_CUSTOM_USAGE_THRESHOLDS),
-                                 annotations.get(ANNOTATION_NODE_RAW_ALLOCATABLE))
-                except (KeyError, TypeError, AttributeError):
-                    name, signature = self._node_signature(item, f"Nodes.items[{len(names)}]")
-                if type(name) is not str or not name:
-                    raise ParseError(f"Nodes.items[{len(names)}].metadata.name: expected a node name, got {name!r}")
-                view = get_view(name)
-                if view is None or view.signature != signature:
-                    stale.append((len(names), name, signature))
+                    name = item["metadata"]["name"]
+                except (KeyError, TypeError):
+                    name = None
+                view = get_view(name) if type(name) is str and name else None
+                if view is None or not view.known:
+                    try:
+                        metadata = item["metadata"]
+                        allocatable = item["status"]["allocatable"]
+                        annotations = metadata.get("annotations") or _NO_ANNOTATIONS
+                        signature = (allocatable.get(_CPU), allocatable.get(_MEMORY),
+                                     annotations.get(ANNOTATION_CUSTOM_USAGE_THRESHOLDS),
+                                     annotations.get(ANNOTATION_NODE_RAW_ALLOCATABLE))
+                    except (KeyError, TypeError, AttributeError):
+                        name, signature = self._node_signature(item, f"Nodes.items[{len(names)}]")
+                    if type(name) is not str or not name:
+                        raise ParseError(f"Nodes.items[{len(names)}].metadata.name: expected a node name, "
+                                         f"got {name!r}")
+                    unknown.append((len(names), name, signature))
                 append_name(name)
                 append_view(view)
-        for i, name, signature in stale:
-            self._update_node(name, signature)
-            views[i] = self.view(name)
+        for i, name, signature in unknown:
+            views[i] = self._transient_view(name, signature)
         return names, views
+
+    def _transient_view(self, name: str, signature: tuple[Any, ...]) -> NodeView:
+        """The view of a node from a request's copy of its Node, not stored."""
+        alloc, profile = self._node_inputs(name, signature)
+        with self._lock:
+            stored = self._records.get(name)
+            record = _NodeRecord(name, known=True, alloc=alloc, signature=signature, profile=profile)
+            if stored is not None:
+                record.metric, record.has_metric = stored.metric, stored.has_metric
+                record.report_interval_seconds = stored.report_interval_seconds
+                record.assigned = stored.assigned
+            return self._build_view(record)
 
     @staticmethod
     def _node_signature(item: Any, where: str) -> tuple[str, tuple[Any, ...]]:
-        """The slow, case-insensitive and type-checked reading of a Node for :meth:`sync_nodes`."""
+        """The slow, case-insensitive and type-checked reading of a Node for :meth:`request_views`."""
         item = _mapping(item, where, ParseError)
         metadata = _mapping(member(item, "metadata"), f"{where}.metadata", ParseError)
         name = member(metadata, "name")
@@ -881,6 +930,9 @@ class NodeStore:
             self._records.pop(record.name, None)
             self._views.pop(record.name, None)
             return
+        self._views[record.name] = self._build_view(record)
+
+    def _build_view(self, record: _NodeRecord) -> NodeView:
         args = self.args
         profile = record.profile if record.profile is not None else _profile(args, None)
         metric = record.metric
@@ -903,7 +955,7 @@ class NodeStore:
             filter_used = _estimated_used(assigned, metric, interval, filter_usage, False, force_all)
             score_used = _estimated_used(assigned, metric, interval, score_usage, False, force_all)
             prod_used = _estimated_used(assigned, metric, interval, None, True, force_all)
-        self._views[record.name] = NodeView(
+        return NodeView(
             name=record.name,
             known=record.known,
             alloc_cpu=record.alloc[0],
@@ -1083,7 +1135,7 @@ class LoadAwareExtender:
             items = member(_mapping(nodes, "ExtenderArgs.Nodes", ParseError), "items") or []
             if not isinstance(items, list):
                 raise ParseError("ExtenderArgs.Nodes.items: expected a list")
-            names, views = self.store.sync_nodes(items)
+            names, views = self.store.request_views(items)
             return pod, names, views, items
         names = member(args, "NodeNames")
         if names is None:
@@ -1116,7 +1168,7 @@ class LoadAwareExtender:
 
 # ---------------------------------------------------------------------------------------------- HTTP
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LimitedRequestHandler):
     server: _ExtenderHTTPServer
     protocol_version = "HTTP/1.1"
 
@@ -1128,65 +1180,61 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
     def _error(self, status: HTTPStatus, message: str) -> None:
         self._send(status, {"Error": message})
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 (http.server's method names)
         if self.path.split("?", 1)[0].rstrip("/") in ("/healthz", "/readyz"):
             self._send(HTTPStatus.OK, b"ok", "text/plain; charset=utf-8")
         else:
             self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: GET {self.path}")
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802
         # kube-scheduler posts to urlPrefix + "/" + verb; route on the verb whatever the prefix.
         verb = self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
         extender = self.server.extender
         handlers: dict[str, Callable[[Any], Any]] = {"filter": extender.filter, "prioritize": extender.prioritize}
         handler = handlers.get(verb)
         if handler is None:
+            self.close_connection = True  # its body stays unread (and is drained before the close)
             self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: POST {self.path} (filter, prioritize)")
             return
-        length_text = self.headers.get("Content-Length")
         try:
-            length = int(length_text) if length_text is not None else -1
-        except ValueError:
-            length = -1
-        if length < 0:
-            self._error(HTTPStatus.LENGTH_REQUIRED, "a Content-Length header is required")
-            return
-        if length > MAX_BODY_BYTES:
-            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY_BYTES} bytes")
-            return
-        raw = self.rfile.read(length)
+            with self.request_slot():
+                status, answer = self._answer(verb, handler, self.read_body())
+        except RequestRefused as exc:
+            status, answer = exc.status, {"Error": f"{verb}: {exc.message}"}
+        self._send(status, answer)
+
+    def _answer(self, verb: str, handler: Callable[[Any], Any], raw: bytes | bytearray) -> tuple[HTTPStatus, Any]:
         try:
             body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            self._error(HTTPStatus.BAD_REQUEST, f"{verb}: request body is not valid JSON: {exc}")
-            return
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
+            return HTTPStatus.BAD_REQUEST, {"Error": f"{verb}: request body is not valid JSON: {exc}"}
         try:
-            result = handler(body)
-        except ParseError as exc:
-            self._error(HTTPStatus.BAD_REQUEST, f"{verb}: not ExtenderArgs: {exc}")
-            return
+            return HTTPStatus.OK, handler(body)
+        except (ParseError, RecursionError) as exc:
+            return HTTPStatus.BAD_REQUEST, {"Error": f"{verb}: not ExtenderArgs: {exc}"}
         except Exception as exc:  # the scheduler gets an answer, the log the traceback
             log.exception("extender request failed", extra={"verb": verb})
-            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"{verb}: internal error: {exc}")
-            return
-        self._send(HTTPStatus.OK, result)
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {"Error": f"{verb}: internal error: {exc}"}
 
 
-class _ExtenderHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], extender: LoadAwareExtender) -> None:
-        super().__init__(address, _Handler)
+class _ExtenderHTTPServer(LimitedHTTPServer):
+    def __init__(self, address: tuple[str, int], extender: LoadAwareExtender, limits: ServerLimits) -> None:
+        super().__init__(address, _Handler, limits)
         self.extender = extender
 
 
-def make_server(extender: LoadAwareExtender, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+def make_server(extender: LoadAwareExtender, host: str = "127.0.0.1", port: int = 0,
+                limits: ServerLimits = DEFAULT_LIMITS) -> LimitedHTTPServer:
     """A bound (not yet serving) HTTP server for ``extender``; call ``serve_forever()`` in a thread and
-    ``shutdown()`` then ``server_close()`` to stop.  Port 0 picks a free port (``server_address``)."""
-    return _ExtenderHTTPServer((host, port), extender)
+    ``shutdown()`` then ``server_close()`` to stop.  Port 0 picks a free port (``server_address``).
+
+    ``limits`` bounds connections, request time and body size (:data:`DEFAULT_LIMITS`)."""
+    return _ExtenderHTTPServer((host, port), extender, limits)

@@ -12,7 +12,11 @@ generated models for built-in types reject objects that miss a field they think 
   relist reports what changed meanwhile;
 - :func:`patch_node_batch_resources`: the node status ``kubernetes.io/batch-{cpu,memory}`` merge patch;
 - :class:`NodeSLOWriter`, :class:`NodeMetricWriter`: create-or-update of the cluster-scoped CRs, writing
-  only when the content differs;
+  only when the content differs; every object they create names its Node as owner, so the garbage collector
+  removes it with the node;
+- :class:`NodeBatchResourceWriter`: the same batch patch with the writers' per-object backoff;
+- :class:`WriteBackoff`: a write refused for good (a 4xx other than 401/408/409/429) backs off for that object
+  only, so one bad object never holds up the writes of the others;
 - :class:`LeaderElector`: client-go's Lease election (acquire, renew, take over after expiry, release);
 - :func:`evict_pod`: the policy/v1 Eviction API.
 """
@@ -82,6 +86,13 @@ class KubeApiError(KoordletError, ConnectionError):
         """True when retrying the same request later may succeed (timeouts, throttling, server errors)."""
         return self.status in _TEMPORARY
 
+    @property
+    def permanent(self) -> bool:
+        """True when the same request will be refused again until something else changes: a 4xx about the
+        request or its object (400, 403, 404, 413, 422...).  Not 401 (the credential, re-read from its file
+        at the next request), 408, 409 (a write in between: re-read and retry) or 429."""
+        return 400 <= self.status < 500 and self.status not in (401, 408, 409, 429)
+
     @classmethod
     def from_api_exception(cls, exc: ApiException) -> KubeApiError:
         status = int(exc.status or 0)
@@ -96,7 +107,7 @@ class KubeApiError(KoordletError, ConnectionError):
         return cls(status, reason, message or str(exc.body or "")[:200])
 
 
-def _call(fn: Callable[..., Any], *args: Any, timeout: float = REQUEST_TIMEOUT_SECONDS, **kwargs: Any) -> Any:
+def call_json(fn: Callable[..., Any], *args: Any, timeout: float = REQUEST_TIMEOUT_SECONDS, **kwargs: Any) -> Any:
     """Calls a generated API method and returns the answer as decoded JSON; errors as :class:`KubeApiError`."""
     try:
         response = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
@@ -350,7 +361,7 @@ class ResourceWatcher:
 
     def _relist(self) -> None:
         self.lists += 1
-        body = _call(self._list_fn, timeout=self._request_timeout, **self._list_kwargs)
+        body = call_json(self._list_fn, timeout=self._request_timeout, **self._list_kwargs)
         kind = str(body.get("kind") or "").removesuffix("List")
         fresh: dict[tuple[str, str], dict[str, Any]] = {}
         for item in body.get("items") or []:
@@ -510,6 +521,240 @@ class ConfigMapWatcher(ResourceWatcher):
 # ------------------------------------------------------------------------------------- writes
 
 
+class ApplyResult(Enum):
+    """What a writer did."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    DEFERRED = "deferred"
+    """Not written: kube-apiserver refused this object for good a moment ago and it is backing off
+    (:class:`WriteBackoff`); the write is tried again once the object's backoff ends."""
+
+
+WRITE_BACKOFF_INITIAL_SECONDS = 2.0
+"""First pause after an object's write was refused for good; doubled at each further refusal."""
+WRITE_BACKOFF_MAX_SECONDS = 300.0
+"""Cap of that pause: an object refused for good (a schema the CRD rejects, an admission policy, RBAC) is
+tried again at most every five minutes, so a fix on the cluster side is picked up without a restart."""
+WRITE_BACKOFF_MAX_OBJECTS = 65536
+"""Backoff streaks kept at most; past that the oldest is forgotten (that object is simply tried again)."""
+
+
+@dataclass
+class _Streak:
+    refusals: int
+    until: float
+    first_error: str
+
+
+class WriteBackoff:
+    """Per-object exponential backoff after permanent refusals (:attr:`KubeApiError.permanent`).
+
+    The companion has one writer thread for every node: retrying an object that kube-apiserver refuses for good
+    on every turn would hold up all the others.  Instead the refused object alone waits (``initial_seconds``,
+    doubled per refusal, capped at ``max_seconds``) while the others are written; its first refusal is logged
+    as a warning, the rest of the streak at debug, and the first success after it at info.  Temporary errors
+    (no answer, 408, 409, 429, 5xx) and 401 (the credential, re-read from its file) are not counted: they stay
+    with the caller's retry.  ``on_retry(key)`` (optional) is called from a timer thread when an object's
+    pause ends, so the caller can queue it again even if nothing else changes it.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        initial_seconds: float = WRITE_BACKOFF_INITIAL_SECONDS,
+        max_seconds: float = WRITE_BACKOFF_MAX_SECONDS,
+        max_objects: int = WRITE_BACKOFF_MAX_OBJECTS,
+        on_retry: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 0 < initial_seconds <= max_seconds:
+            raise ConfigError(f"write backoff: need 0 < initial_seconds <= max_seconds, got {initial_seconds} / "
+                              f"{max_seconds}")
+        self.what = what
+        self.initial = initial_seconds
+        self.max = max_seconds
+        self._max_objects = max(1, max_objects)
+        self._on_retry = on_retry
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._streaks: dict[str, _Streak] = {}
+        self._timers: dict[str, threading.Timer] = {}
+        self._closed = False
+
+    def retry_in(self, key: str) -> float:
+        """Seconds until ``key`` may be written again (0: now)."""
+        with self._lock:
+            streak = self._streaks.get(key)
+            return 0.0 if streak is None else max(0.0, streak.until - self._clock())
+
+    def backing_off(self) -> dict[str, float]:
+        """Every object in a streak and the seconds until its next try (for logs, koordctl and tests)."""
+        now = self._clock()
+        with self._lock:
+            return {key: max(0.0, streak.until - now) for key, streak in self._streaks.items()}
+
+    def failed(self, key: str, err: KubeApiError) -> float:
+        """Records a permanent refusal of ``key``; returns the pause before its next try."""
+        with self._lock:
+            streak = self._streaks.pop(key, None)  # re-inserted last: the dict stays in age order
+            refusals = 1 if streak is None else streak.refusals + 1
+            delay = min(self.max, self.initial * (1 << min(refusals - 1, 30)))
+            self._streaks[key] = _Streak(refusals, self._clock() + delay,
+                                         str(err) if streak is None else streak.first_error)
+            while len(self._streaks) > self._max_objects:
+                oldest = next(iter(self._streaks))
+                del self._streaks[oldest]
+                self._cancel(oldest)
+            self._schedule(key, delay)
+        if refusals == 1:
+            log.warning("%s for %s refused, backing off this object only (retried after %.0f s, at most every "
+                        "%.0f s; later refusals are logged at debug): %s", self.what, key, delay, self.max, err,
+                        extra={"object": key, "status": err.status, "reason": err.reason})
+        else:
+            log.debug("%s for %s refused again (%d in a row), next try in %.0f s: %s", self.what, key, refusals,
+                      delay, err)
+        return delay
+
+    def succeeded(self, key: str) -> None:
+        """``key`` was written (or found up to date): its streak, if any, ends."""
+        with self._lock:
+            streak = self._streaks.pop(key, None)
+            self._cancel(key)
+        if streak is not None:
+            log.info("%s for %s accepted again after %d refusal(s) (the first: %s)", self.what, key,
+                     streak.refusals, streak.first_error, extra={"object": key})
+
+    def forget(self, key: str) -> None:
+        """Drops ``key``'s streak without a try (its node is gone)."""
+        with self._lock:
+            self._streaks.pop(key, None)
+            self._cancel(key)
+
+    def close(self) -> None:
+        """Cancels the pending ``on_retry`` timers."""
+        with self._lock:
+            self._closed = True
+            for key in list(self._timers):
+                self._cancel(key)
+
+    def guard(self, key: str, write: Callable[[], ApplyResult]) -> ApplyResult:
+        """Runs ``write`` unless ``key`` is backing off: :attr:`ApplyResult.DEFERRED` while it is, and when
+        ``write`` is refused for good; other errors propagate."""
+        if self.retry_in(key) > 0:
+            return ApplyResult.DEFERRED
+        try:
+            result = write()
+        except KubeApiError as err:
+            if not err.permanent:
+                raise
+            self.failed(key, err)
+            return ApplyResult.DEFERRED
+        self.succeeded(key)
+        return result
+
+    # The caller holds the lock.
+
+    def _schedule(self, key: str, delay: float) -> None:
+        self._cancel(key)
+        if self._on_retry is None or self._closed:
+            return
+        timer = threading.Timer(delay, self._fire, args=(key,))
+        timer.daemon = True
+        timer.name = f"write-backoff-{key}"[:64]
+        self._timers[key] = timer
+        timer.start()
+
+    def _cancel(self, key: str) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _fire(self, key: str) -> None:
+        with self._lock:
+            if self._timers.get(key) is not threading.current_thread():
+                return  # cancelled or rescheduled meanwhile
+            del self._timers[key]
+        if self._on_retry is None:
+            return
+        try:
+            self._on_retry(key)
+        except Exception:  # a timer thread must not die with a traceback on stderr
+            log.exception("write backoff retry callback failed", extra={"object": key})
+
+
+# ------------------------------------------------------------------------------------- ownership
+
+
+NodeLookup = Callable[[str], Mapping[str, Any] | None]
+"""The Node object of a name (a watcher's cache, say), or None when there is no such node."""
+
+
+def node_owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The ownerReference naming ``node`` (a v1 Node object) as the owner of an object.
+
+    The garbage collector deletes a dependent once none of its owners exists (matched by uid), so the NodeSLO
+    and NodeMetric of a deleted node go with it and the companion needs no delete permission.  Neither
+    ``controller`` nor ``blockOwnerDeletion`` is set: nothing adopts these objects by controller reference, and
+    ``blockOwnerDeletion: true`` would need ``update`` on ``nodes/finalizers`` (the
+    OwnerReferencesPermissionEnforcement admission plugin) only to make a foreground deletion of the Node wait
+    for its NodeSLO, which buys nothing.
+    """
+    meta = node.get("metadata") or {}
+    name, uid = meta.get("name"), meta.get("uid")
+    if not name or not uid:
+        raise ValueError(f"a Node owner needs metadata.name and metadata.uid, got {name!r} / {uid!r}")
+    return {"apiVersion": "v1", "kind": "Node", "name": str(name), "uid": str(uid)}
+
+
+def _owned_by_node(meta: Mapping[str, Any], node: str) -> bool:
+    return any(isinstance(ref, Mapping) and ref.get("kind") == "Node" and ref.get("apiVersion") == "v1"
+               and ref.get("name") == node and ref.get("uid") for ref in meta.get("ownerReferences") or [])
+
+
+class _NodeOwners:
+    """Finds the Node that owns a node's objects: from ``lookup`` when given, else ``GET /api/v1/nodes/<name>``
+    (once per object created or adopted, not per write)."""
+
+    def __init__(self, api_client: client.ApiClient, lookup: NodeLookup | None, timeout_seconds: float) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self._lookup = lookup
+        self._timeout = timeout_seconds
+
+    def reference(self, node: str, what: str) -> dict[str, Any]:
+        """The owner reference for ``node``; a 404 :class:`KubeApiError` (permanent) when the node does not
+        exist: an object without an existing owner would never be collected."""
+        obj: Mapping[str, Any] | None
+        if self._lookup is not None:
+            obj = self._lookup(node)
+        else:
+            try:
+                obj = call_json(self._core.read_node, node, timeout=self._timeout)
+            except KubeApiError as err:
+                if err.status != 404:
+                    raise
+                obj = None
+        if obj is None or not (obj.get("metadata") or {}).get("uid"):
+            raise KubeApiError(404, "NotFound", f"node {node} does not exist: its {what} is not written (nothing "
+                                                f"would garbage-collect it)")
+        return node_owner_reference(obj)
+
+    def adopted(self, node: str, what: str, meta: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """``meta``'s ownerReferences with the node added (an object made before owners were set, or by
+        someone else); None when it already names the node."""
+        if _owned_by_node(meta, node):
+            return None
+        ours = self.reference(node, what)
+        others = [dict(ref) for ref in meta.get("ownerReferences") or []
+                  if isinstance(ref, Mapping) and not (ref.get("kind") == "Node" and ref.get("name") == node)]
+        return [*others, ours]
+
+
+# ------------------------------------------------------------------------------------- node status
+
+
 def patch_node_batch_resources(
     api_client: client.ApiClient,
     node: str,
@@ -523,23 +768,44 @@ def patch_node_batch_resources(
     A JSON merge patch on the status subresource; None removes the key (a merge-patch ``null``).
     Returns the patched Node.
     """
+    body = _batch_patch(batch_cpu_milli, batch_memory_bytes)
+    node_obj: dict[str, Any] = call_json(client.CoreV1Api(api_client).patch_node_status, node, body,
+                                     timeout=timeout_seconds, _content_type=MERGE_PATCH)
+    return node_obj
+
+
+def _batch_patch(batch_cpu_milli: int | None, batch_memory_bytes: int | None) -> dict[str, Any]:
     values: dict[str, str | None] = {}
     for key, value in ((BATCH_CPU, batch_cpu_milli), (BATCH_MEMORY, batch_memory_bytes)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ValueError(f"{key} must be a non-negative integer or None, got {value!r}")
         values[key] = None if value is None else str(value)
-    body = {"status": {"capacity": dict(values), "allocatable": dict(values)}}
-    node_obj: dict[str, Any] = _call(client.CoreV1Api(api_client).patch_node_status, node, body,
-                                     timeout=timeout_seconds, _content_type=MERGE_PATCH)
-    return node_obj
+    return {"status": {"capacity": dict(values), "allocatable": dict(values)}}
 
 
-class ApplyResult(Enum):
-    """What a writer did."""
+class NodeBatchResourceWriter:
+    """:func:`patch_node_batch_resources` with the per-node :class:`WriteBackoff`: a node whose patch is refused
+    for good (gone: 404; rejected: 422) is skipped until its pause ends instead of holding up the writer."""
 
-    CREATED = "created"
-    UPDATED = "updated"
-    UNCHANGED = "unchanged"
+    def __init__(self, api_client: client.ApiClient, *, timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
+                 on_retry: Callable[[str], None] | None = None) -> None:
+        self._api = api_client
+        self._timeout = timeout_seconds
+        self.backoff = WriteBackoff("node batch resources", on_retry=on_retry)
+
+    def apply(self, node: str, batch_cpu_milli: int | None, batch_memory_bytes: int | None) -> ApplyResult:
+        """UPDATED once the patch is in (kube-apiserver skips a no-op patch itself), DEFERRED while backing off."""
+        _batch_patch(batch_cpu_milli, batch_memory_bytes)  # bad values raise ValueError before any backoff
+
+        def write() -> ApplyResult:
+            patch_node_batch_resources(self._api, node, batch_cpu_milli, batch_memory_bytes,
+                                       timeout_seconds=self._timeout)
+            return ApplyResult.UPDATED
+
+        return self.backoff.guard(node, write)
+
+
+# ------------------------------------------------------------------------------------- custom resources
 
 
 class _ClusterCustomObjects:
@@ -553,7 +819,7 @@ class _ClusterCustomObjects:
 
     def get(self, name: str) -> dict[str, Any] | None:
         try:
-            obj: dict[str, Any] = _call(self._api.get_cluster_custom_object, SLO_GROUP, SLO_VERSION, self.plural,
+            obj: dict[str, Any] = call_json(self._api.get_cluster_custom_object, SLO_GROUP, SLO_VERSION, self.plural,
                                         name, timeout=self._timeout)
         except KubeApiError as err:
             if err.status == 404:
@@ -563,25 +829,25 @@ class _ClusterCustomObjects:
 
     def list(self, **selectors: str) -> dict[str, Any]:
         """The list (``kubectl get <plural>``): ``items`` and ``metadata.resourceVersion``."""
-        body: dict[str, Any] = _call(self._api.list_cluster_custom_object, SLO_GROUP, SLO_VERSION, self.plural,
+        body: dict[str, Any] = call_json(self._api.list_cluster_custom_object, SLO_GROUP, SLO_VERSION, self.plural,
                                      timeout=self._timeout, **selectors)
         return body
 
-    def create(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-        body = {"apiVersion": f"{SLO_GROUP}/{SLO_VERSION}", "kind": self.kind, "metadata": {"name": name},
-                "spec": copy.deepcopy(dict(spec))}
-        obj: dict[str, Any] = _call(self._api.create_cluster_custom_object, SLO_GROUP, SLO_VERSION, self.plural,
+    def create(self, name: str, spec: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": f"{SLO_GROUP}/{SLO_VERSION}", "kind": self.kind,
+                "metadata": {"name": name, "ownerReferences": [dict(owner)]}, "spec": copy.deepcopy(dict(spec))}
+        obj: dict[str, Any] = call_json(self._api.create_cluster_custom_object, SLO_GROUP, SLO_VERSION, self.plural,
                                     body, timeout=self._timeout)
         return obj
 
     def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
         """PUT with the object's resourceVersion (409 when someone wrote in between)."""
-        new: dict[str, Any] = _call(self._api.replace_cluster_custom_object, SLO_GROUP, SLO_VERSION, self.plural,
+        new: dict[str, Any] = call_json(self._api.replace_cluster_custom_object, SLO_GROUP, SLO_VERSION, self.plural,
                                     obj["metadata"]["name"], obj, timeout=self._timeout)
         return new
 
     def replace_status(self, obj: dict[str, Any]) -> dict[str, Any]:
-        new: dict[str, Any] = _call(self._api.replace_cluster_custom_object_status, SLO_GROUP, SLO_VERSION,
+        new: dict[str, Any] = call_json(self._api.replace_cluster_custom_object_status, SLO_GROUP, SLO_VERSION,
                                     self.plural, obj["metadata"]["name"], obj, timeout=self._timeout)
         return new
 
@@ -595,10 +861,18 @@ _ATTEMPTS = 3
 
 
 class NodeSLOWriter:
-    """Creates or updates ``NodeSLO/<node>`` with the given spec, writing only when it differs."""
+    """Creates or updates ``NodeSLO/<node>`` with the given spec, writing only when it differs.
 
-    def __init__(self, api_client: client.ApiClient, *, timeout_seconds: float = REQUEST_TIMEOUT_SECONDS) -> None:
+    The object is owned by its Node (:func:`node_owner_reference`); an existing object without that owner is
+    adopted at the next apply.  A node whose write is refused for good backs off alone (:attr:`backoff`).
+    ``node_lookup`` (a Node watcher's cache) saves the ``GET node`` made when an object is created or adopted.
+    """
+
+    def __init__(self, api_client: client.ApiClient, *, timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
+                 node_lookup: NodeLookup | None = None, on_retry: Callable[[str], None] | None = None) -> None:
         self._objects = _ClusterCustomObjects(api_client, NODESLO_PLURAL, "NodeSLO", timeout_seconds)
+        self._owners = _NodeOwners(api_client, node_lookup, timeout_seconds)
+        self.backoff = WriteBackoff("NodeSLO", on_retry=on_retry)
         # node -> (resourceVersion our last write produced, spec we wrote): a server that normalises the
         # spec (defaulting, pruning) must not make every apply a write.
         self._written: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -611,17 +885,24 @@ class NodeSLOWriter:
 
     def apply(self, node: str, spec: Mapping[str, Any]) -> ApplyResult:
         wanted = copy.deepcopy(dict(spec))
+        return self.backoff.guard(node, lambda: self._apply(node, wanted))
+
+    def _apply(self, node: str, wanted: dict[str, Any]) -> ApplyResult:
         for _ in range(_ATTEMPTS):
             current = self._objects.get(node)
             try:
                 if current is None:
-                    created = self._objects.create(node, wanted)
+                    created = self._objects.create(node, wanted, self._owners.reference(node, "NodeSLO"))
                     self._written[node] = (_rv(created), wanted)
                     return ApplyResult.CREATED
-                if current.get("spec") == wanted or self._written.get(node) == (_rv(current), wanted):
+                owners = self._owners.adopted(node, "NodeSLO", current.get("metadata") or {})
+                if owners is None and (
+                        current.get("spec") == wanted or self._written.get(node) == (_rv(current), wanted)):
                     return ApplyResult.UNCHANGED
                 body = copy.deepcopy(current)
                 body["spec"] = wanted
+                if owners is not None:
+                    body["metadata"]["ownerReferences"] = owners
                 updated = self._objects.replace(body)
                 self._written[node] = (_rv(updated), wanted)
                 return ApplyResult.UPDATED
@@ -630,13 +911,22 @@ class NodeSLOWriter:
                     raise
         raise KubeApiError(409, "Conflict", f"NodeSLO {node} kept changing during {_ATTEMPTS} attempts")
 
+    def forget(self, node: str) -> None:
+        """The node is gone: drop what is remembered of it (the garbage collector removes the object)."""
+        self._written.pop(node, None)
+        self.backoff.forget(node)
+
 
 class NodeMetricWriter:
     """Creates or updates ``NodeMetric/<node>``: ``spec.metricCollectPolicy`` on the object, ``status``
-    through the status subresource; each written only when it differs."""
+    through the status subresource; each written only when it differs.  Owned by its Node and backed off per
+    node like :class:`NodeSLOWriter`."""
 
-    def __init__(self, api_client: client.ApiClient, *, timeout_seconds: float = REQUEST_TIMEOUT_SECONDS) -> None:
+    def __init__(self, api_client: client.ApiClient, *, timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
+                 node_lookup: NodeLookup | None = None, on_retry: Callable[[str], None] | None = None) -> None:
         self._objects = _ClusterCustomObjects(api_client, NODEMETRIC_PLURAL, "NodeMetric", timeout_seconds)
+        self._owners = _NodeOwners(api_client, node_lookup, timeout_seconds)
+        self.backoff = WriteBackoff("NodeMetric", on_retry=on_retry)
 
     def get(self, node: str) -> dict[str, Any] | None:
         return self._objects.get(node)
@@ -651,18 +941,25 @@ class NodeMetricWriter:
         """Writes ``status`` and (unless None) ``spec.metricCollectPolicy``."""
         wanted_status = copy.deepcopy(dict(status))
         wanted_policy = copy.deepcopy(dict(collect_policy)) if collect_policy is not None else None
+        return self.backoff.guard(node, lambda: self._apply(node, wanted_status, wanted_policy))
+
+    def _apply(self, node: str, wanted_status: dict[str, Any], wanted_policy: dict[str, Any] | None) -> ApplyResult:
         created = changed = False
         for _ in range(_ATTEMPTS):
             current = self._objects.get(node)
             try:
                 if current is None:
                     spec = {"metricCollectPolicy": wanted_policy} if wanted_policy is not None else {}
-                    current = self._objects.create(node, spec)
+                    current = self._objects.create(node, spec, self._owners.reference(node, "NodeMetric"))
                     created = True
+                owners = self._owners.adopted(node, "NodeMetric", current.get("metadata") or {})
                 policy = (current.get("spec") or {}).get("metricCollectPolicy")
-                if wanted_policy is not None and policy != wanted_policy:
+                if owners is not None or (wanted_policy is not None and policy != wanted_policy):
                     body = copy.deepcopy(current)
-                    body.setdefault("spec", {})["metricCollectPolicy"] = wanted_policy
+                    if wanted_policy is not None:
+                        body.setdefault("spec", {})["metricCollectPolicy"] = wanted_policy
+                    if owners is not None:
+                        body["metadata"]["ownerReferences"] = owners
                     current = self._objects.replace(body)
                     changed = True
                 if current.get("status") != wanted_status:
@@ -678,6 +975,10 @@ class NodeMetricWriter:
                 return ApplyResult.CREATED
             return ApplyResult.UPDATED if changed else ApplyResult.UNCHANGED
         raise KubeApiError(409, "Conflict", f"NodeMetric {node} kept changing during {_ATTEMPTS} attempts")
+
+    def forget(self, node: str) -> None:
+        """The node is gone (the garbage collector removes the object)."""
+        self.backoff.forget(node)
 
 
 # ------------------------------------------------------------------------------------- eviction
@@ -711,7 +1012,7 @@ def evict_pod(
         body["deleteOptions"] = {"gracePeriodSeconds": int(grace_seconds)}
     eviction = client.V1Eviction.from_dict(body)
     try:
-        _call(client.CoreV1Api(api_client).create_namespaced_pod_eviction, name, namespace, eviction,
+        call_json(client.CoreV1Api(api_client).create_namespaced_pod_eviction, name, namespace, eviction,
               timeout=timeout_seconds)
     except KubeApiError as err:
         if err.status == 429:
@@ -854,7 +1155,7 @@ class LeaderElector:
 
     def _get_lease(self) -> dict[str, Any] | None:
         try:
-            lease: dict[str, Any] = _call(self._leases.read_namespaced_lease, self.lease_name, self.namespace,
+            lease: dict[str, Any] = call_json(self._leases.read_namespaced_lease, self.lease_name, self.namespace,
                                           timeout=self._timeout)
         except KubeApiError as err:
             if err.status == 404:
@@ -894,7 +1195,7 @@ class LeaderElector:
             }
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": lease["metadata"],
                     "spec": new_spec}
-            updated = _call(self._leases.replace_namespaced_lease, self.lease_name, self.namespace,
+            updated = call_json(self._leases.replace_namespaced_lease, self.lease_name, self.namespace,
                             client.V1Lease.from_dict(body), timeout=self._timeout)
             self._observe(updated.get("spec") or {})
             return "acquired"
@@ -908,7 +1209,7 @@ class LeaderElector:
                 "renewTime": _micro_time(now), "leaseTransitions": 0}
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.lease_name, "namespace": self.namespace}, "spec": spec}
-        created = _call(self._leases.create_namespaced_lease, self.namespace, client.V1Lease.from_dict(body),
+        created = call_json(self._leases.create_namespaced_lease, self.namespace, client.V1Lease.from_dict(body),
                         timeout=self._timeout)
         self._observe(created.get("spec") or {})
 
@@ -923,7 +1224,7 @@ class LeaderElector:
                     "leaseTransitions": int((lease.get("spec") or {}).get("leaseTransitions") or 0)}
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": lease["metadata"],
                     "spec": spec}
-            _call(self._leases.replace_namespaced_lease, self.lease_name, self.namespace,
+            call_json(self._leases.replace_namespaced_lease, self.lease_name, self.namespace,
                   client.V1Lease.from_dict(body), timeout=self._timeout)
         except KubeApiError as err:
             log.warning("lease release failed", extra={"lease": self.lease_name, "error": str(err)})

@@ -8,6 +8,7 @@ groups nest) and validates both from these declarations, so flags, file and code
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -300,13 +301,66 @@ class CompanionConfig:
 
     address: str = opt("", "koord-companion's gRPC address (host:port, or unix:/path); empty: none",
                        flag="--companion-address")
-    token_file: str = opt("", "file holding the bearer token the companion expects (re-read at each connect)",
+    token_file: str = opt("", "file holding the bearer token presented to the companion: in a cluster the "
+                              "koordlet's projected service-account token of audience koord-companion "
+                              "(/var/run/secrets/koordinator.sh/companion/token), which binds this koordlet to "
+                              "its node; re-read when it changes (kubelet rotates it); empty: none",
                           flag="--companion-token-file")
     ca_file: str = opt("", "CA bundle to verify the companion's TLS certificate; empty: plaintext",
                        flag="--companion-ca-file")
     nodeslo_cache: str = opt("", "where the last good NodeSLO from the companion is kept for restarts while "
                                  "it is away (empty: <stateDir>/nodeslo-companion.json)",
                              flag="--companion-nodeslo-cache")
+
+
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def namespaces(value: Any) -> str | None:
+    """A comma-separated list of namespace names (or ``*``: every namespace)."""
+    bad = [n for n in split_list(value) if n != "*" and not (len(n) <= 63 and _NAMESPACE.fullmatch(n))]
+    return f"not namespace names (DNS-1123 labels) or '*': {', '.join(map(repr, bad))}" if bad else None
+
+
+def namespaces_override(value: Any) -> str | None:
+    """Empty (inherit), ``-`` (no namespace) or a namespace list."""
+    return None if str(value).strip() in ("", "-") else namespaces(value)
+
+
+@dataclass(frozen=True)
+class TenantConfig:
+    """Which namespaces may use the pod labels and annotations that grant privileges (pods name their own
+    labels and annotations, so a tenant could otherwise grant itself anything koordlet honours).  A refused
+    key is ignored (the pod is handled as if it did not carry it), logged once per pod and listed by
+    ``koordctl pods``.  Per-key lists: empty takes ``privilegedNamespaces``, ``-`` allows no namespace,
+    ``*`` every namespace (Koordinator's behaviour); a list replaces ``privilegedNamespaces`` for that key.
+    Independent of the NodeSLO: the node's operator decides it, not whoever writes the cluster's config."""
+
+    privileged_namespaces: str = opt("kube-system", "comma-separated namespaces whose pods may use every "
+                                                    "privileged key ('*': every namespace)",
+                                     flag="--tenant-privileged-namespaces", check=namespaces)
+    qos_system_namespaces: str = opt("", "namespaces whose pods may label themselves koordinator.sh/qosClass="
+                                         "SYSTEM (empty: privilegedNamespaces, '-': none)",
+                                     flag="--tenant-qos-system-namespaces", check=namespaces_override)
+    qos_lse_namespaces: str = opt("", "namespaces whose pods may label themselves koordinator.sh/qosClass=LSE "
+                                      "(empty: privilegedNamespaces, '-': none)", flag="--tenant-qos-lse-namespaces",
+                                  check=namespaces_override)
+    oom_score_adj_namespaces: str = opt("", "namespaces whose pods' koordinator.sh/oom-score-adj(-spec) may go "
+                                            "below the value kubelet gives their QoS class (empty: "
+                                            "privilegedNamespaces, '-': none)",
+                                        flag="--tenant-oom-score-adj-namespaces", check=namespaces_override)
+    eviction_opt_out_namespaces: str = opt("", "namespaces whose pods' koordinator.sh/eviction-policy may keep "
+                                               "koordlet's evictions off them and whose positive "
+                                               "koordinator.sh/eviction-priority may put them behind other "
+                                               "pods (empty: privilegedNamespaces, '-': none)",
+                                           flag="--tenant-eviction-opt-out-namespaces", check=namespaces_override)
+    skip_hook_server_namespaces: str = opt("", "namespaces whose pods may carry runtimeproxy.koordinator.sh/"
+                                               "skip-hookserver (empty: privilegedNamespaces, '-': none)",
+                                           flag="--tenant-skip-hook-server-namespaces", check=namespaces_override)
+    pod_resctrl_closid_reserve: int = opt(1, "resctrl CLOSIDs kept free beyond the class groups (LSR, LS, BE) "
+                                             "not yet made: no per-pod group (node.koordinator.sh/resctrl, LSR "
+                                             "and LSE pods only) is made when it would eat into them",
+                                          flag="--tenant-pod-resctrl-closid-reserve", check=at_least(0))
 
 
 @dataclass(frozen=True)
@@ -332,6 +386,7 @@ class Config:
     node_metric: NodeMetricConfig = field(default_factory=NodeMetricConfig)
     qos: QoSManagerConfig = field(default_factory=QoSManagerConfig)
     runtime_hooks: RuntimeHooksConfig = field(default_factory=RuntimeHooksConfig)
+    tenant: TenantConfig = field(default_factory=TenantConfig)
     companion: CompanionConfig = field(default_factory=CompanionConfig)
     workloads: tuple[WorkloadConfig, ...] = opt((), "standalone: workloads of this host (name, "
                                                     "cgroupPath or systemdUnit, qosClass, priority)")

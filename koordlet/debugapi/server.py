@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
@@ -36,6 +35,7 @@ from koordlet.qosmanager.reader import CgroupReader
 from koordlet.runtimehooks.framework import HookCall
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from koordlet.system.cgroupfile import FileKind
+from koordlet.system.httpserver import LimitedHTTPServer, LimitedRequestHandler, RequestRefused, ServerLimits
 from koordlet.system.layout import CgroupLayout, clean_rel_dir
 from koordlet.system.probes import ProbeResult
 from koordlet.system.resources import REGISTRY
@@ -51,6 +51,10 @@ MAX_METRICS_WINDOW_SECONDS: Final = 3600.0
 MAX_BODY_BYTES: Final = 64 * 1024
 CONNECTION_TIMEOUT_SECONDS: Final = 10.0
 """An idle keep-alive connection is closed after this long, so its thread does not linger."""
+DEFAULT_LIMITS: Final = ServerLimits(max_connections=16, idle_timeout_seconds=CONNECTION_TIMEOUT_SECONDS,
+                                     header_timeout_seconds=10.0, body_timeout_seconds=10.0,
+                                     write_timeout_seconds=30.0, max_body_bytes=MAX_BODY_BYTES)
+"""Only root reaches the socket, but a stuck or looping client must not pile up threads in the daemon."""
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 
@@ -127,6 +131,8 @@ class DebugSources:
     """Wall clock (uptime)."""
     root_logger: logging.Logger = field(default_factory=logging.getLogger)
     """The logger ``/v1/admin/log-level`` sets the level of."""
+    refused: Callable[[str], Sequence[str]] = lambda _uid: ()
+    """The pod's (by uid) labels and annotations the tenant policy refused, one ``key: field: reason`` each."""
 
 
 # ------------------------------------------------------------------------------------------ host reads
@@ -260,7 +266,7 @@ def _pod_json(sources: DebugSources, meta: PodMeta) -> dict[str, Any]:
             "kube_qos": pod.kube_qos.value if pod.kube_qos is not None else None,
             "priority_class": meta.priority_class.value, "priority": pod.priority, "phase": pod.phase,
             "source": meta.source, "cgroup_dir": meta.cgroup_dir, "containers": containers,
-            "current": current, "desired": desired}
+            "current": current, "desired": desired, "refused_keys": list(sources.refused(pod.uid))}
 
 
 def _probe_json(probe: ProbeResult) -> dict[str, Any]:
@@ -417,19 +423,18 @@ def parse_query(text: str, allowed: frozenset[str]) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------- server
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LimitedRequestHandler):
     protocol_version = "HTTP/1.1"
     # A request line too garbled to carry a version still gets a status line and a JSON error, not the
     # bare body an HTTP/0.9 answer would be.
     default_request_version = "HTTP/1.1"
     server_version = "koordlet-debugapi"
-    timeout = CONNECTION_TIMEOUT_SECONDS
     server: DebugServer
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 (http.server's method names)
         self._dispatch("GET")
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802
         self._dispatch("POST")
 
     def _dispatch(self, method: str) -> None:
@@ -454,18 +459,13 @@ class _Handler(BaseHTTPRequestHandler):
         return route.handler(self.server.sources, Request(query, body))
 
     def _read_body(self) -> Any:
-        text = self.headers.get("Content-Length")
         try:
-            length = int(text) if text is not None else 0
-        except ValueError:
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"Content-Length: not an integer: {text!r}") from None
-        if not 0 <= length <= MAX_BODY_BYTES:
-            self.close_connection = True  # the unread body would be taken for the next request
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"body: must be at most {MAX_BODY_BYTES} bytes, got {length}")
-        raw = self.rfile.read(length)
+            raw = self.read_body(length_required=False)  # up to the limits' max_body_bytes
+        except RequestRefused as exc:
+            raise ApiError(exc.status, f"body: {exc.message}") from None
         try:
             return json.loads(raw) if raw else None
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ApiError(HTTPStatus.BAD_REQUEST, f"body: not JSON: {exc}") from None
 
     def _send(self, status_code: int, document: Mapping[str, Any]) -> None:
@@ -503,22 +503,20 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("debug API: " + format, *args)
 
 
-class DebugServer(ThreadingHTTPServer):
+class DebugServer(LimitedHTTPServer):
     """The debug API on ``socket_path``; a daemon component (``debugapi``) started last and stopped first."""
 
     address_family = socket.AF_UNIX
-    daemon_threads = True
     # A client keeping its connection open must not hold the daemon's stop up; idle ones time out.
     block_on_close = False
     name = "debugapi"
 
-    def __init__(self, socket_path: str, sources: DebugSources) -> None:
+    def __init__(self, socket_path: str, sources: DebugSources, limits: ServerLimits = DEFAULT_LIMITS) -> None:
         self.socket_path = socket_path
         self.sources = sources
         self._thread: threading.Thread | None = None
         self._inode: int | None = None
-        # typeshed types HTTPServer's address as (host, port); an AF_UNIX server takes the path.
-        super().__init__(socket_path, _Handler, bind_and_activate=False)  # type: ignore[arg-type]
+        super().__init__(socket_path, _Handler, limits, bind_and_activate=False)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind splits the address into host and port, which a unix socket has not.

@@ -4,6 +4,9 @@
 Responses use the exposition format the scraper asks for (Prometheus text by default, OpenMetrics when
 its ``Accept`` header prefers it), as prometheus_client's own handler does.  An address with an empty host
 (``:9316``) listens on every interface, IPv6 included where the host has it, as Go's listener does.
+
+The port is open to the node's network, so the server holds under abuse (:data:`DEFAULT_LIMITS`): a
+bounded number of connections, each with deadlines on its request and its answer, and no request body read.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import socket
 import socketserver
 import threading
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -22,11 +24,17 @@ from prometheus_client.registry import Collector
 
 from koordlet.errors import ConfigError
 from koordlet.metrics.registry import PATH_METRICS, KoordletMetrics
+from koordlet.system.httpserver import LimitedHTTPServer, LimitedRequestHandler, ServerLimits
 
 DEFAULT_ADDR: Final = ":9316"
 PATH_HEALTHZ: Final = "/healthz"
 POLL_INTERVAL_SECONDS: Final = 0.2
 """How often the serving loop checks for a stop request: bounds how long :meth:`MetricsServer.stop` waits."""
+DEFAULT_LIMITS: Final = ServerLimits(max_connections=16, idle_timeout_seconds=30.0, header_timeout_seconds=10.0,
+                                     body_timeout_seconds=10.0, write_timeout_seconds=30.0, max_body_bytes=0)
+"""A few scrapers at a time (Prometheus scrapes over one connection at a time per target); a scrape's
+request must arrive within 10 s and its answer be taken within 30 s (Prometheus' default scrape timeout
+is 10 s); requests carry no body."""
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +55,14 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, port
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True  # a scrape in flight must not hold up shutdown
-
+class _Server(LimitedHTTPServer):
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily, dual_stack: bool,
-                 routes: Mapping[str, Collector], healthz: Callable[[], bool] | None) -> None:
+                 routes: Mapping[str, Collector], healthz: Callable[[], bool] | None, limits: ServerLimits) -> None:
         self.address_family = family
         self.dual_stack = dual_stack
         self.routes = dict(routes)
         self.healthz = healthz
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, limits)
 
     def server_bind(self) -> None:
         if self.dual_stack:
@@ -67,10 +73,10 @@ class _Server(ThreadingHTTPServer):
         self.server_port = int(self.server_address[1])
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LimitedRequestHandler):
     server: _Server
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 (http.server's method names)
         path = urlsplit(self.path).path
         if path == PATH_HEALTHZ:
             healthy = self.server.healthz is None or self.server.healthz()
@@ -107,8 +113,9 @@ class MetricsServer:
     name: Final = "metrics-server"
 
     def __init__(self, routes: Mapping[str, Collector], addr: str = DEFAULT_ADDR,
-                 healthz: Callable[[], bool] | None = None) -> None:
+                 healthz: Callable[[], bool] | None = None, limits: ServerLimits = DEFAULT_LIMITS) -> None:
         self._routes = dict(routes)
+        self._limits = limits
         self._addr = addr
         self._host, self._port = parse_addr(addr)
         self._healthz = healthz
@@ -161,21 +168,21 @@ class MetricsServer:
         host = self._host
         if host == "" and socket.has_dualstack_ipv6():
             try:
-                return _Server(("::", self._port), socket.AF_INET6, True, self._routes, self._healthz)
+                return _Server(("::", self._port), socket.AF_INET6, True, self._routes, self._healthz, self._limits)
             except OSError as exc:
                 # IPv6 compiled in but disabled on the host: IPv4 on every interface is what is left.
                 log.debug("dual-stack listen failed, using IPv4", extra={"error": str(exc)})
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        return _Server((host or "0.0.0.0", self._port), family, False, self._routes, self._healthz)
+        return _Server((host or "0.0.0.0", self._port), family, False, self._routes, self._healthz, self._limits)
 
 
 def serve(source: KoordletMetrics | Collector, addr: str = DEFAULT_ADDR,
-          healthz: Callable[[], bool] | None = None) -> MetricsServer:
+          healthz: Callable[[], bool] | None = None, limits: ServerLimits = DEFAULT_LIMITS) -> MetricsServer:
     """Serve ``source`` on ``addr`` from a thread and return the running server (call ``stop()``).
 
-    A :class:`KoordletMetrics` gets all of Koordinator's paths; any other collector (a bare registry) is
-    served at ``/metrics``."""
+    A :class:`KoordletMetrics` gets all of Koordinator's paths; any other collector (a bare registry, such
+    as the companion's ``prometheus_client.REGISTRY``) is served at ``/metrics``."""
     routes = source.routes if isinstance(source, KoordletMetrics) else {PATH_METRICS: source}
-    server = MetricsServer(routes, addr, healthz)
+    server = MetricsServer(routes, addr, healthz, limits)
     server.start()
     return server

@@ -15,12 +15,12 @@ after a not-yet-evicted one still stops that one from being evicted for the same
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from koordlet.apis.extension import LABEL_EVICTION_ENABLED, PriorityClass, QoSClass
+from koordlet.apis.gojson import loads
 from koordlet.apis.pod import Pod
 from koordlet.qosmanager.framework import Options
 from koordlet.statesinformer.framework import PodMeta
@@ -68,7 +68,7 @@ def policy_refusal(pod: Pod, feature: str) -> str | None:
     if raw is None:
         return None
     try:
-        allowed = json.loads(raw)
+        allowed = loads(raw)
     except ValueError:
         allowed = None
     if not isinstance(allowed, list) or not all(isinstance(p, str) for p in allowed):

@@ -142,6 +142,9 @@ class Options:
     strategy keeps a book of its own."""
     netqos: Callable[[str], NetQoS] | None = None
     """Network QoS backend by NodeSLO ``netQOSPolicy`` (``tc``, ``terway-qos``); None: network QoS off."""
+    closid_reserve: int = 1
+    """resctrl CLOSIDs kept free beyond the class groups not made yet: no per-pod group eats into them
+    (``tenant.podResctrlClosidReserve``)."""
 
 
 class Strategy(Protocol):

@@ -18,6 +18,16 @@ Errors are classified, not retried blindly:
   exists (the kernel lacks the file) and EOPNOTSUPP are marked the same way for any value.
 * anything else (EACCES/EPERM, EBUSY, ENOSPC...) fails the update; each distinct error of a path is
   logged once until a write to that path succeeds.
+
+Locking: a cgroup v1 ``memory.limit_in_bytes`` write may block for seconds while the kernel reclaims, and
+NRI answers within containerd's 2 s.  So no caller waits for another's write to an unrelated file:
+
+* the state lock guards the tables (last written, refused, log streaks) and is never held across a write;
+* each file's writes are serialised by a lock of its own, held from the read of the old value through the
+  write to the table update, so the "last written" cache follows the order the writes reached the file;
+* a batch holding a leveled resource (``cpuset.cpus``, ``memory.min``) or, on cgroup v1, a CFS quota runs
+  whole under the tree lock: its top-down / bottom-up order and the quota fitting read parents and write
+  children, which another such batch must not interleave with.  Other batches never take it.
 """
 
 from __future__ import annotations
@@ -77,6 +87,15 @@ class _Prepared(NamedTuple):
         return self.descriptor.key
 
 
+class _PathLock:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+        """Writers holding or waiting for ``lock``; counted under the executor's state lock."""
+
+
 @dataclass(frozen=True)
 class _Written:
     text: str
@@ -113,7 +132,8 @@ class ResourceExecutor:
 
     ``clock`` is a monotonic clock in seconds deciding cache expiry and backoffs (tests pass a fake);
     ``audit`` receives every attempted write (None: no audit); ``metrics`` gets one observation per
-    write; ``writer`` replaces the real file access in tests.  Thread-safe: one batch at a time.
+    write; ``writer`` replaces the real file access in tests.  Thread-safe; batches run concurrently except
+    where their order matters (see the module doc, "Locking").
     """
 
     def __init__(
@@ -137,6 +157,10 @@ class ResourceExecutor:
         self._writer: CgroupWriter = writer if writer is not None else FileWriter()
         self._v1_quota = _version_of(layout, cfsquota.RESOURCE) == 1
         self._lock = threading.Lock()
+        """The state lock: the tables below; released around every write (see the module doc)."""
+        self._tree_lock = threading.Lock()
+        self._path_locks: dict[str, _PathLock] = {}
+        """Locks of the files being written now (under the state lock; dropped when nobody uses one)."""
         self._cache: dict[str, _Written] = {}
         self._refused: dict[str, _Refused] = {}
         self._logged: dict[str, Streak] = {}
@@ -154,6 +178,9 @@ class ResourceExecutor:
         Order of writes: the top-down merged values of leveled resources, then the other updates in
         batch order, then the final leveled values bottom-up."""
         batch = list(updates)
+        if any(u.resource in MERGE or (self._v1_quota and u.resource == cfsquota.RESOURCE) for u in batch):
+            with self._tree_lock, self._lock:
+                return self._apply_locked(batch)
         with self._lock:
             return self._apply_locked(batch)
 
@@ -349,29 +376,53 @@ class ResourceExecutor:
         skip = self._skip_reason(p, text, now, use_cache)
         if skip is not None:
             return skip
-        if old is None:
-            old = self._read_quietly(p.path)
-        # Real elapsed time for the metric, whatever clock decides expiry.
-        started = time.perf_counter()
+        # Neither the read of the old value nor the write holds the state lock: a slow write (cgroup v1 memory
+        # reclaim) must not stall every other caller.  The path lock keeps this file's writes, and the cache
+        # entries recording them, in one order.
+        path_lock = self._path_locks.get(p.path)
+        if path_lock is None:
+            path_lock = self._path_locks[p.path] = _PathLock()
+        path_lock.users += 1
+        self._lock.release()
+        relocked = False
         try:
-            self._writer.write(p.path, text)
-        except OSError as exc:
-            elapsed = time.perf_counter() - started
-            result = self._failed(p, text, exc.errno or errno.EIO, now)
-        else:
-            elapsed = time.perf_counter() - started
-            self._cache[p.path] = _Written(text, now)
-            self._refused.pop(p.path, None)
-            streak = self._logged.pop(p.path, None)
-            if streak is not None:
-                streak.ok("cgroup write succeeds again", extra={"path": p.path, "value": text})
-            result = Result(p.update, Outcome.WRITTEN, p.path, text)
+            with path_lock.lock:
+                if old is None:
+                    old = self._read_quietly(p.path)
+                # Real elapsed time for the metric, whatever clock decides expiry.
+                started = time.perf_counter()
+                code: int | None = None
+                try:
+                    self._writer.write(p.path, text)
+                except OSError as exc:
+                    code = exc.errno or errno.EIO
+                elapsed = time.perf_counter() - started
+                self._lock.acquire()
+                relocked = True
+                result = self._record_write(p, text, code, now)
+        finally:
+            if not relocked:
+                self._lock.acquire()
+            path_lock.users -= 1
+            if not path_lock.users:
+                del self._path_locks[p.path]
         if self._metrics is not None:
             self._metrics.observe(p.key, result.outcome is Outcome.WRITTEN, elapsed)
         if self._audit is not None:
             entry = AuditEntry(p.path, p.key, old, text, owner, result.outcome.value, result.error)
             self._audit.record(entry)
         return result
+
+    def _record_write(self, p: _Prepared, text: str, code: int | None, now: float) -> Result:
+        """The tables after a write that failed with errno ``code`` or succeeded (None)."""
+        if code is not None:
+            return self._failed(p, text, code, now)
+        self._cache[p.path] = _Written(text, now)
+        self._refused.pop(p.path, None)
+        streak = self._logged.pop(p.path, None)
+        if streak is not None:
+            streak.ok("cgroup write succeeds again", extra={"path": p.path, "value": text})
+        return Result(p.update, Outcome.WRITTEN, p.path, text)
 
     def _skip_reason(self, p: _Prepared, text: str, now: float, use_cache: bool = True) -> Result | None:
         """The result of not writing ``text`` now (refused earlier, or written within the force-update

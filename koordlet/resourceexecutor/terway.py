@@ -28,6 +28,7 @@ import ipaddress
 import json
 import os
 import posixpath
+import secrets
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -163,9 +164,11 @@ class TerwayNetQoS:
         path = os.path.join(self.directory, name)
         if self._written.get(name) == text and _read(path) == text:
             return  # unchanged: no fsnotify event, no agent resync
-        tmp = os.path.join(self.directory, f".{name}.koordlet-{os.getpid()}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            fd, tmp = _create_temp(self.directory, name)
+        except OSError as exc:
+            raise from_errno(exc.errno or errno.EIO, f"write {path}") from None
+        try:
             try:
                 data = memoryview(text.encode())
                 while data:
@@ -180,6 +183,28 @@ class TerwayNetQoS:
                 os.unlink(tmp)
             raise from_errno(exc.errno or errno.EIO, f"write {path}") from None
         self._written[name] = text
+
+
+_TEMP_ATTEMPTS = 8
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _random_suffix() -> str:
+    return secrets.token_hex(8)
+
+
+def _create_temp(directory: str, name: str) -> tuple[int, str]:
+    """A new temporary file next to ``name``: an unpredictable name, created exclusively and never through a
+    symlink (``O_EXCL | O_NOFOLLOW``), so whoever can write the directory (the agent's, often shared through a
+    hostPath) cannot plant a link that makes koordlet, as root, truncate a file elsewhere.  A name that exists
+    already (planted or left over) is skipped for a fresh one."""
+    for _ in range(_TEMP_ATTEMPTS):
+        tmp = os.path.join(directory, f".{name}.koordlet-{_random_suffix()}.tmp")
+        try:
+            return os.open(tmp, _TEMP_FLAGS, 0o644), tmp
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, f"no free temporary name for {name} after {_TEMP_ATTEMPTS} attempts", directory)
 
 
 def _read(path: str) -> str | None:

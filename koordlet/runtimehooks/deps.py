@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from koordlet.apis.nodeslo import NodeSLOSpec
+from koordlet.apis.tenantpolicy import TenantPolicy
 from koordlet.qosmanager.plugins.coresched.cookies import CookieBook
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.resourceexecutor.resctrl import ResctrlExecutor
@@ -42,3 +43,6 @@ class HookDeps:
     cookies: CookieBook | None = None
     """The core-scheduling cookie book shared with the QoS manager's coresched strategy."""
     resctrl: ResctrlExecutor | None = None
+    tenant: TenantPolicy = field(default_factory=TenantPolicy)
+    """The tenant policy (its CLOSID reserve for per-pod resctrl groups); the pods the hooks see are reviewed
+    by the runner already."""

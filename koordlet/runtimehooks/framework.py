@@ -15,7 +15,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
-import json
 import logging
 import threading
 import time
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from koordlet.apis.extension import QoSClass, pod_qos
+from koordlet.apis.gojson import loads
 from koordlet.apis.pod import Container, Pod
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.system.kubepaths import KubeQoS, cgroup_parent_dir, kube_qos_of_parent
@@ -79,7 +79,7 @@ def load_json(text: str, where: str) -> Any:
     """An annotation's JSON; raises :class:`KoordletError` naming ``where`` (the pod and the annotation) when
     it is not JSON, so a hook refuses garbage before it sets anything."""
     try:
-        return json.loads(text)
+        return loads(text)
     except ValueError as exc:
         raise KoordletError(f"{where}: not JSON: {exc}") from None
 
@@ -272,8 +272,10 @@ class HookRunner:
 
     def __init__(self, hooks: Iterable[Hook], policy: FailurePolicy = FailurePolicy.IGNORE,
                  metrics: HookMetricsSink | None = None, disabled: Iterable[Stage] = (),
-                 clock: Callable[[], float] = time.perf_counter, recorder: HookCallRecorder | None = None
-                 ) -> None:
+                 clock: Callable[[], float] = time.perf_counter, recorder: HookCallRecorder | None = None,
+                 tenant: Callable[[HookRequest], HookRequest] | None = None) -> None:
+        """``tenant``: reviews each request's pod before any hook sees it (the tenant policy,
+        :class:`koordlet.runtimehooks.tenant.TenantGate`); None: pods are taken as they come."""
         ordered = sorted(hooks, key=lambda h: h.name)
         names = [h.name for h in ordered]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -285,6 +287,7 @@ class HookRunner:
         self._disabled = frozenset(disabled)
         self._clock = clock
         self.recorder = recorder
+        self._tenant = tenant
         self._by_stage: Mapping[Stage, tuple[Hook, ...]] = {
             stage: tuple(h for h in ordered if stage in h.stages) for stage in Stage}
 
@@ -297,7 +300,7 @@ class HookRunner:
         caller in the recorded call; the reconciler's calls are recorded only when they set something or
         failed, so its rounds over every pod do not flush the history."""
         began = self._clock()
-        result = self._run(request, log_errors)
+        result = self._reviewed(request, log_errors)
         recorder = self.recorder
         if recorder is not None and (transport != RECONCILER or result.errors or not result.adjustment.empty()):
             seconds = self._clock() - began
@@ -307,6 +310,18 @@ class HookRunner:
                 duration_ms=round(seconds * 1000, 3), ok=not result.errors, errors=tuple(result.errors),
                 adjustment=flat_adjustment(result.adjustment)))
         return result
+
+    def _reviewed(self, request: HookRequest, log_errors: bool) -> StageResult:
+        if self._tenant is not None and self.hooks(request.stage):
+            try:
+                request = self._tenant(request)
+            except Exception as exc:  # fail closed: no hook may see a pod the policy did not review
+                error = f"tenant policy: {exc}"
+                if log_errors:
+                    log.warning("runtime hook request not reviewed", extra={
+                        "stage": request.stage.value, "pod": request.pod.key, "error": error})
+                return StageResult(Adjustment(), [error], failed=self.policy is FailurePolicy.FAIL)
+        return self._run(request, log_errors)
 
     def _run(self, request: HookRequest, log_errors: bool) -> StageResult:
         result = StageResult(Adjustment())

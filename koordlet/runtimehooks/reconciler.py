@@ -8,6 +8,10 @@ fields and cgroup writes alike, through the resource executor (which skips value
 a round that changes nothing costs no writes).  The pods come from the states informer, whose requests
 and limits are the kubelet's full spec (batch resources included), not the CRI's reduced view.
 
+The pods are the informer's, reviewed by the tenant policy, and the runner reviews each request again (the
+agent gives it the tenant gate): a key a tenant may not use is never applied to running processes either,
+``oom_score_adj`` included.
+
 A pod whose hooks fail is logged once per failure streak, not every round; under the Fail policy its
 cgroups are left as they are for that round.
 """

@@ -45,6 +45,9 @@ JITTER: Final = 0.2
 """Each backoff is scaled by a random factor in [1 - JITTER, 1 + JITTER]."""
 STOP_GRACE_SECONDS: Final = 2.0
 PERSIST_FORMAT: Final = 1
+TOKEN_REREAD_SECONDS: Final = 60.0
+"""A token file is re-read at least this often even when its stat looks unchanged (a filesystem with coarse
+timestamps that rewrote it in place with the same size)."""
 BAD_SUFFIX: Final = ".bad"
 """An unusable persisted NodeSLO is renamed to its path plus this, for inspection."""
 
@@ -148,19 +151,27 @@ class CompanionClient:
         return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-def token_from_file(path: str) -> Callable[[], str | None]:
+def token_from_file(path: str, *, reread_seconds: float = TOKEN_REREAD_SECONDS,
+                    clock: Callable[[], float] = time.monotonic) -> Callable[[], str | None]:
     """A token provider reading ``path`` (surrounding whitespace stripped) when the file changed since the last
-    call, so a rotated Secret reaches the next call.  An unreadable file gives the last token read (None before
-    one was), logged once per failure streak: the companion then answers UNAUTHENTICATED, which says more."""
-    state: dict[str, Any] = {"stamp": None, "token": None, "failing": False}
+    call, and at least every ``reread_seconds``, so a rotated token reaches the next call.
+
+    The companion's default is the koordlet's projected service-account token
+    (``/var/run/secrets/koordinator.sh/companion/token``, audience ``koord-companion``), which kubelet replaces
+    before it expires by writing a new file and swapping the ``..data`` symlink above it: ``os.stat`` follows the
+    link, so the new inode shows at once.  An unreadable file gives the last token read (None before one was),
+    logged once per failure streak: the companion then answers UNAUTHENTICATED, which says more."""
+    state: dict[str, Any] = {"stamp": None, "token": None, "failing": False, "read_at": 0.0}
 
     def current() -> str | None:
         try:
             st = os.stat(path)
-            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-            if stamp != state["stamp"]:
+            stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_dev)
+            now = clock()
+            if stamp != state["stamp"] or now - state["read_at"] >= reread_seconds:
                 state["token"] = Path(path).read_text(encoding="utf-8").strip() or None
                 state["stamp"] = stamp
+                state["read_at"] = now
             state["failing"] = False
         except (OSError, UnicodeDecodeError) as exc:
             if not state["failing"]:
@@ -218,7 +229,7 @@ class CompanionNodeMetricSink:
         self._policy_json = raw
         try:
             policy = NodeMetricCollectPolicy.from_spec({"metricCollectPolicy": json.loads(raw)})
-        except (ValueError, UnicodeDecodeError) as exc:  # ConfigError is a ValueError
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # ConfigError is a ValueError
             log.error("companion sent an invalid collect policy; keeping the current one", extra={"error": str(exc)})
             return
         if self.on_policy is not None:
@@ -361,7 +372,7 @@ class CompanionNodeSLOSource:
             self._on_policy(bytes(update.collect_policy_json))
         try:
             spec = json.loads(update.spec_json)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             return self._holder.reject(origin, f"spec_json: not valid JSON: {exc}")
         if not self._holder.offer_spec(spec, origin):
             return False

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from koordlet.apis.pod import Pod
+from koordlet.apis.tenantpolicy import TenantPolicy
 from koordlet.config.types import Config
 from koordlet.errors import KoordletError, ParseError
 from koordlet.statesinformer.cpumanager import KubeletCPUManager
@@ -73,6 +74,8 @@ class StatesInformer:
         self._thread: threading.Thread | None = None
         self._pleg_factory = pleg_factory
         self._pleg: object | None = None
+        self.tenant = TenantPolicy.from_config(config.tenant)
+        """Pod labels and annotations are tenant input: every published pod is reviewed first."""
         self.syncs = 0
         node_config = config.node
         self._reservation = reservation_from_resources(
@@ -116,8 +119,9 @@ class StatesInformer:
     # ------------------------------------------------------------------------------ updates
 
     def set_pods(self, pods: Sequence[PodMeta]) -> bool:
-        """Publishes a new list; returns False (and notifies nobody) when nothing changed."""
-        ordered = tuple(sorted(pods, key=lambda p: p.uid))
+        """Publishes a new list, each pod reviewed by the tenant policy (keys it may not use dropped); returns
+        False (and notifies nobody) when nothing changed."""
+        ordered = tuple(sorted(self._review(pods), key=lambda p: p.uid))
         self._pods_synced = True
         if ordered == self._pods:
             return False
@@ -130,6 +134,17 @@ class StatesInformer:
             except Exception:
                 log.exception("pods subscriber failed")
         return True
+
+    def _review(self, pods: Sequence[PodMeta]) -> list[PodMeta]:
+        # Configured workloads (standalone) are the operator's own: trusted with every key.
+        reviews = self.tenant.review_all([(m.pod, m.source == "config") for m in pods],
+                                         memory_capacity_bytes=self._node.memory_total_bytes,
+                                         node_cpus=self._node.online_cpus or None)
+        out = []
+        for meta, (pod, refusals) in zip(pods, reviews, strict=True):
+            self.tenant.note(pod, refusals)
+            out.append(meta if pod is meta.pod else PodMeta(pod, meta.cgroup_dir, meta.containers, meta.source))
+        return out
 
     def set_kubelet_pods(self, pods: Sequence[Pod]) -> None:
         """The kubelet source's callback: the pods kubelet runs (terminated ones hold no cgroups)."""

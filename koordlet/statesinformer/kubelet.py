@@ -22,13 +22,14 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from koordlet.apis.pod import Pod, pods_from_podlist
+from koordlet.apis.pod import Pod, pod_from_json
 from koordlet.errors import ConfigError, KoordletError, ParseError
 from koordlet.statesinformer.reservation import Reservation, reservation_from_configz
+from koordlet.streaklog import Streak
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,18 @@ def _classify(exc: BaseException, url: str, timeout: float) -> KubeletError:
     return KubeletError("error", f"GET {url}: {_one_line(repr(exc), 200)}")
 
 
+def _pod_identity(item: object, index: int) -> str:
+    """``namespace/name/uid`` of a raw pod object, as far as it has them (``items[i]`` when it has nothing)."""
+    meta = item.get("metadata") if isinstance(item, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return f"items[{index}]"
+    parts = []
+    for key, default in (("namespace", "default"), ("name", "?"), ("uid", "?")):
+        value = meta.get(key, default)
+        parts.append(_one_line(value, 253) if isinstance(value, str) else "?")
+    return "/".join(parts)
+
+
 class KubeletClient:
     """Fetches the node's pods from kubelet; safe to call from several threads.
 
@@ -173,6 +186,11 @@ class KubeletClient:
         self._ca_stamp: tuple[int, int, int] | None = None
         self._token_problem: str | None = None
         self._observe_failed = False
+        self._bad_pods_lock = threading.Lock()
+        self._bad_pods: dict[str, Streak] = {}
+        """namespace/name/uid of each pod of the last list that did not parse -> its log streak."""
+        self.skipped_pods = 0
+        """Pods of the last list skipped because they did not parse."""
 
     # ---------------------------------------------------------------------------------- public
 
@@ -183,14 +201,12 @@ class KubeletClient:
         try:
             body, content_type = self._fetch()
             obj = self._decode(body, content_type)
-            try:
-                pods = pods_from_podlist(obj)
-            except (ParseError, AttributeError, TypeError) as exc:
-                # AttributeError/TypeError: a field of the wrong JSON type deep in a pod, which the parser
-                # does not check everywhere; the list is as unusable as with a ParseError.
+            items = obj.get("items") if isinstance(obj, Mapping) else None
+            if not isinstance(obj, Mapping) or not isinstance(items if items is not None else [], list):
                 outcome = "bad_podlist"
-                reason = f"GET {self.options.url}: not a PodList: {_one_line(str(exc), 300)}"
-                raise KubeletError(outcome, reason) from None
+                reason = f"GET {self.options.url}: not a PodList: expected a PodList object with an items array"
+                raise KubeletError(outcome, reason)
+            pods = self._parse_pods(items or [])
             outcome = "ok"
             return pods
         except KubeletError as exc:
@@ -198,6 +214,32 @@ class KubeletClient:
             raise
         finally:
             self._report(outcome, self._clock() - began)
+
+    def _parse_pods(self, items: list[Any]) -> list[Pod]:
+        """The pods of the list that parse; a pod that does not is skipped, not the whole list (one pod with
+        a field of the wrong type must not freeze every other pod's state).  Each bad pod is logged when it
+        turns bad and when it parses again, naming its namespace/name/uid and the field, not every poll."""
+        pods: list[Pod] = []
+        bad: dict[str, str] = {}
+        for index, item in enumerate(items):
+            try:
+                pods.append(pod_from_json(item))
+            except (ParseError, AttributeError, TypeError, ValueError) as exc:
+                # AttributeError/TypeError/ValueError: a field of the wrong JSON type deep in a pod, which the
+                # parser does not check everywhere.
+                bad[_pod_identity(item, index)] = _one_line(f"{type(exc).__name__}: {exc}", 300)
+        with self._bad_pods_lock:
+            self.skipped_pods = len(bad)
+            for identity, problem in bad.items():
+                streak = self._bad_pods.get(identity)
+                if streak is None:
+                    streak = self._bad_pods[identity] = Streak(log, self._clock)
+                streak.fail(problem, "kubelet pod skipped: it does not parse",
+                            extra={"pod": identity, "error": problem})
+            for identity in [i for i in self._bad_pods if i not in bad]:
+                # Parses again, or left the list: ends the streak (and keeps the table as long as the list).
+                self._bad_pods.pop(identity).ok("kubelet pod no longer skipped", extra={"pod": identity})
+        return pods
 
     def abort(self) -> None:
         """Makes requests in flight fail now with outcome ``aborted`` (called from another thread on stop)."""
@@ -309,7 +351,7 @@ class KubeletClient:
         try:
             # RFC 8259: JSON between systems is UTF-8 (json.loads(bytes) would also guess UTF-16/32).
             return json.loads(body.decode("utf-8"))
-        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError; "[[[[..." nested deep
             raise KubeletError(
                 "bad_json",
                 f"GET {self.options.url_for(path)}: body is not JSON "

@@ -28,7 +28,7 @@ import yaml
 
 from tests.e2e.harness import KoordletView, Proc, console_script, free_port, wait_for
 from tests.fixtures.containerd import Containerd, containerd17_binary_dir
-from tests.fixtures.fakeapiserver import FakeApiServer, make_configmap, make_node
+from tests.fixtures.fakeapiserver import FakeApiServer, make_configmap, make_node, make_pod
 from tests.fixtures.fakekubelet import TlsFiles
 from tests.fixtures.isolation import merge, private_settings
 from tests.fixtures.kubeletdriver import KubeletDriver
@@ -36,6 +36,9 @@ from tests.fixtures.kubeletdriver import KubeletDriver
 NODE_NAME = "e2e-node"
 CONFIG_NAMESPACE = "koordinator-system"
 CONFIG_NAME = "slo-controller-config"
+KOORDLET_NAMESPACE = "koordinator-system"
+KOORDLET_POD = "koordlet-e2e-node"
+"""The koordlet's pod in the apiserver: the companion binds the koordlet's token to its node."""
 REPORT_INTERVAL_SECONDS = 30
 """NodeMetric report interval set through colocation-config: Koordinator's floor (its default is 60 s)."""
 AGGREGATE_SECONDS = 60
@@ -232,8 +235,19 @@ class KubeNode:
             self.deleted_at[name] = time.time()
 
 
+def _koordlet_token(apiserver: FakeApiServer, tmp: Path) -> Path:
+    """The koordlet's projected service-account token (audience koord-companion) in a file, as the DaemonSet's
+    projected volume holds it: the koordlet's pod is seeded in the apiserver on the node, so the companion's
+    TokenReview binds the koordlet to NODE_NAME.  Valid for longer than any run (kubelet would rotate it)."""
+    apiserver.seed(make_pod(KOORDLET_POD, KOORDLET_NAMESPACE, NODE_NAME, service_account="koordlet"))
+    path = tmp / "companion-token"
+    path.write_text(apiserver.mint_token(KOORDLET_NAMESPACE, KOORDLET_POD, audiences=["koord-companion"],
+                                         expires_in_seconds=7 * 24 * 3600))
+    return path
+
+
 def _koordlet_config(*, tmp: Path, kubelet: KubeletDriver, companion_port: int, metrics_port: int, variant: str,
-                     containerd: Containerd) -> dict[str, Any]:
+                     containerd: Containerd, companion_token: Path) -> dict[str, Any]:
     """koordlet in DaemonSet shape: pods from the kubelet, NodeSLO and evictions through the companion."""
     hooks: dict[str, Any] = {"reconcileIntervalSeconds": 2}
     if variant == "nri":
@@ -253,7 +267,7 @@ def _koordlet_config(*, tmp: Path, kubelet: KubeletDriver, companion_port: int, 
         "collector": {"memoryIntervalSeconds": 1},
         "qos": {"evictor": "api", "memoryEvictBase": "kubepods"},
         "runtimeHooks": hooks,
-        "companion": {"address": f"127.0.0.1:{companion_port}"},
+        "companion": {"address": f"127.0.0.1:{companion_port}", "tokenFile": str(companion_token)},
     })
 
 
@@ -329,7 +343,8 @@ def kube_node(variant: str, tls: TlsFiles, keep_logs: Path | None = None) -> Ite
 
         metrics_port = free_port()
         config = _koordlet_config(tmp=tmp, kubelet=kubelet, companion_port=companion_port,
-                                  metrics_port=metrics_port, variant=variant, containerd=containerd)
+                                  metrics_port=metrics_port, variant=variant, containerd=containerd,
+                                  companion_token=_koordlet_token(apiserver, tmp))
         (tmp / "koordlet.yaml").write_text(yaml.safe_dump(config))
         koordlet = started(Proc("koordlet", [*console_script("koordlet"), "run", "--config",
                                              str(tmp / "koordlet.yaml")], logs))

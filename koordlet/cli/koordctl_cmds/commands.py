@@ -93,6 +93,7 @@ def status_table(doc: Document, now: float) -> str:
 PODS_HEADER: Final = ("NAMESPACE", "NAME", "QOS", "PRIORITY", "CPU-SHARES(cur/desired)", "QUOTA",
                       "MEMORY-LIMIT", "CPUSET")
 DRIFT_MARK: Final = "*"
+REFUSED_HEADER: Final = ("POD", "REFUSED-KEY")
 
 
 def _priority(pod: Mapping[str, Any]) -> str:
@@ -137,6 +138,11 @@ def pods_table(doc: Document, now: float) -> str:
     out = render.table(PODS_HEADER, rows)
     if any(DRIFT_MARK in cell for row in rows for cell in row[5:]):
         out += f"\n{DRIFT_MARK} differs from the value koordlet last wrote (see -o json: current vs desired)\n"
+    refused = [(f"{render.text(pod.get('namespace'))}/{render.text(pod.get('name'))}", str(text))
+               for pod in _items(doc, "pods") for text in (pod.get("refused_keys") or ())]
+    if refused:
+        out += "\nRefused by the tenant policy (koordlet handles the pod as if it did not carry these):\n"
+        out += render.table(REFUSED_HEADER, refused)
     return out
 
 

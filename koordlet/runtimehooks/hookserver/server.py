@@ -42,6 +42,20 @@ log = logging.getLogger(__name__)
 REGISTRATION_FILE = "koordlet.json"
 SOCKET_MODE = 0o600
 MAX_WORKERS = 4
+MAX_CONCURRENT_RPCS = 64
+"""Calls admitted at once (running or queued for a worker); beyond, a call fails at once with
+RESOURCE_EXHAUSTED and the proxy applies its failure policy, instead of queueing without bound."""
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""A hook request carries one pod's or container's config (annotations are capped at 256 KiB by the
+apiserver); gRPC's default, stated so a bigger message is refused with RESOURCE_EXHAUSTED before decoding."""
+MAX_CONNECTION_IDLE_MS = 5 * 60 * 1000
+"""A connection without calls this long is closed (GOAWAY); the proxy's channel reconnects on its next call."""
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_concurrent_streams", MAX_CONCURRENT_RPCS),
+    ("grpc.max_connection_idle_ms", MAX_CONNECTION_IDLE_MS),
+)
 STOP_GRACE_SECONDS = 2.0
 _FAILED = frozenset({Outcome.INVALID, Outcome.FAILED})
 RUNTIME_HOOKS: tuple[str, ...] = tuple(stage.value for stage in convert.RPC_STAGES.values())
@@ -153,7 +167,8 @@ class HookServer:
             raise KoordletError("runtime hook server: already started")
         os.makedirs(os.path.dirname(self.socket_path), exist_ok=True)
         remove_stale_socket(self.socket_path, "runtime hook server")
-        server = grpc.server(ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="hookserver"))
+        server = grpc.server(ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="hookserver"),
+                             options=SERVER_OPTIONS, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
         api_pb2_grpc.add_RuntimeHookServiceServicer_to_server(  # type: ignore[no-untyped-call]
             _Servicer(self.runner, self._applier), server)
         try:

@@ -11,8 +11,17 @@ Life of a connection:
    reconciler converges existing containers;
 5. events until EOF: ``CreateContainer`` -> ``ContainerAdjustment``, ``UpdateContainer`` ->
    ``ContainerUpdate``; pod events (``StateChange``) run pod-stage hooks and write through the executor;
-   container start/stop events run their hooks for their side effects.  Every answer is computed inline
-   (hooks are in-memory work plus a few cgroup writes), far inside the runtime's 2 s request timeout.
+   container start/stop events run their hooks for their side effects.
+
+Hooks and cgroup writes never run on the event loop: a cgroup v1 ``memory.limit_in_bytes`` write can take
+seconds while the kernel reclaims, and containerd gives a plugin 2 s per request
+(``plugin_request_timeout``) before failing the container.  Each event's hooks run on one worker thread
+(in arrival order, as they ran on the loop), its writes on another; the answer goes out once both are done
+or at :data:`ANSWER_DEADLINE`, whichever is first.  Writes still running then finish in the background
+(the answer never depends on them; the reconciler converges whatever they miss).  Hooks not done by the
+deadline, a request that does not decode, an answer that does not convert, encode or pass the range
+checks (:func:`convert.resource_problems`, the proxy's ranges): all follow the failure policy - ``Fail``
+fails the request, ``Ignore`` logs and answers "no adjustment" so the container is created as asked.
 
 On EOF or a broken connection the old connection is closed completely before the next dial, so the
 runtime never sees two registrations of this plugin (Koordinator #2334); while nobody listens on the socket
@@ -24,9 +33,12 @@ configured.  :meth:`NriPlugin.stop` ends it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,9 +48,17 @@ from google.protobuf.message import DecodeError
 
 from koordlet.apis.proto.nri.v1alpha1 import api_pb2
 from koordlet.runtimehooks.apply import Applier
-from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage, StageResult
+from koordlet.runtimehooks.framework import FailurePolicy, HookRequest, HookRunner, Stage, StageResult
 from koordlet.runtimehooks.nri import convert
-from koordlet.runtimehooks.nri.ttrpc import INTERNAL, INVALID_ARGUMENT, UNIMPLEMENTED, MuxSession, TtrpcError
+from koordlet.runtimehooks.nri.ttrpc import (
+    DEADLINE_EXCEEDED,
+    INTERNAL,
+    INVALID_ARGUMENT,
+    RESOURCE_EXHAUSTED,
+    UNIMPLEMENTED,
+    MuxSession,
+    TtrpcError,
+)
 from koordlet.system.kubepaths import cgroup_parent_dir
 
 log = logging.getLogger(__name__)
@@ -52,6 +72,12 @@ REGISTER_TIMEOUT = 5.0
 BACKOFF_START = 1.0
 BACKOFF_MAX = 30.0
 EVENT_MASK_MAX = 0x7FF  # NRI v0.6.1 (containerd 1.7) rejects a plugin subscribing to a later event
+ANSWER_DEADLINE = 1.5
+"""Seconds from a request's arrival to its answer at the latest: below containerd's 2 s
+``plugin_request_timeout``, with room for the answer to travel."""
+MAX_QUEUED_JOBS = 256
+"""Jobs a worker holds at most; beyond that a request is answered per the failure policy (hooks) or its
+writes are left to the reconciler, instead of queueing without bound behind a stuck write."""
 
 E = api_pb2.Event
 STAGE_EVENTS: dict[Stage, int] = {
@@ -86,13 +112,103 @@ class NriStats:
     configured: int = 0
     requests: int = 0
     errors: int = 0
+    late_writes: int = 0
+    """Answers sent while their cgroup writes were still running (at the deadline)."""
     connected: bool = False
+
+
+Job = Callable[[], Any]
+
+
+class Worker:
+    """One daemon thread running jobs in submission order.  Daemon: a write stuck in the kernel must not keep
+    the process from exiting.  A job cancelled before it starts (its request gave up) is skipped."""
+
+    def __init__(self, name: str, limit: int = MAX_QUEUED_JOBS) -> None:
+        self.name = name
+        self._limit = limit
+        self._queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Job] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._queued = 0
+
+    def submit(self, job: Job) -> concurrent.futures.Future[Any]:
+        """Queues ``job``; raises :class:`queue.Full` when :data:`MAX_QUEUED_JOBS` wait already."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._queued >= self._limit:
+                raise queue.Full(f"{self.name}: {self._queued} jobs queued")
+            self._queued += 1
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self._thread.start()
+            self._queue.put((future, job))  # under the lock: never behind a stop()'s end marker
+        return future
+
+    @property
+    def queued(self) -> int:
+        with self._lock:
+            return self._queued
+
+    def stop(self) -> None:
+        """The thread ends once the jobs queued before are done (at once when idle)."""
+        with self._lock:
+            if self._thread is not None:
+                self._queue.put(None)
+                self._thread = None
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, job = item
+            try:
+                if not future.set_running_or_notify_cancel():
+                    continue
+                try:
+                    result = job()
+                except BaseException as exc:  # handed to the waiting request, never lost
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            finally:
+                with self._lock:
+                    self._queued -= 1
+
+
+def _awaitable(future: concurrent.futures.Future[Any], loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+    """An asyncio future settled from ``future``; unlike ``asyncio.wrap_future`` it stays quiet when the job
+    ends after the loop closed (a write that outlived the plugin)."""
+    waiter: asyncio.Future[Any] = loop.create_future()
+
+    def settle(done: concurrent.futures.Future[Any]) -> None:
+        if waiter.done():
+            return
+        if done.cancelled():
+            waiter.cancel()
+        elif (exc := done.exception()) is not None:
+            waiter.set_exception(exc)
+        else:
+            waiter.set_result(done.result())
+
+    def on_done(done: concurrent.futures.Future[Any]) -> None:
+        if not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed in between
+                loop.call_soon_threadsafe(settle, done)
+
+    future.add_done_callback(on_done)
+    return waiter
+
+
+Answer = tuple[Any, Job | None]
+"""A handler's answer message and the cgroup writes to run after it was computed (None: nothing to write)."""
 
 
 class NriPlugin:
     def __init__(self, runner: HookRunner, applier: Applier, socket_path: str, *, name: str = PLUGIN_NAME,
                  idx: str = PLUGIN_IDX, backoff_start: float = BACKOFF_START, backoff_max: float = BACKOFF_MAX,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, answer_deadline: float = ANSWER_DEADLINE) -> None:
         if len(idx) != 2 or not idx.isdigit():
             raise ValueError(f"NRI plugin index must be two digits, got {idx!r}")
         self.runner = runner
@@ -108,12 +224,22 @@ class NriPlugin:
         self._session: MuxSession | None = None
         self._synchronized = False
         self._stopping = asyncio.Event()
+        self._answer_deadline = answer_deadline
+        self._hooks_worker = Worker("nri-hooks")
+        self._writes_worker = Worker("nri-writes")
         self.stats = NriStats()
 
     # --- lifecycle --------------------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Connects, serves, reconnects, until :meth:`stop`."""
+        try:
+            await self._serve()
+        finally:
+            self._hooks_worker.stop()
+            self._writes_worker.stop()
+
+    async def _serve(self) -> None:
         backoff = self._backoff_start
         last_error = ""
         while not self._stopping.is_set():
@@ -196,31 +322,96 @@ class NriPlugin:
         handler = self._METHODS.get(method)
         if handler is None:
             raise TtrpcError(UNIMPLEMENTED, f"method {service}/{method} not implemented")
-        message_type, fn = handler
+        message_type, fn, empty, offloaded = handler
         request = message_type()
         try:
             request.ParseFromString(payload)
         except DecodeError as exc:
             self.stats.errors += 1
-            raise TtrpcError(INVALID_ARGUMENT, f"{method}: bad {message_type.__name__}: {exc}") from None
+            error = TtrpcError(INVALID_ARGUMENT, f"{method}: bad {message_type.__name__}: {exc}")
+            return self._policy(method, empty, error) if offloaded else _raise(error)
         self.stats.requests += 1
-        answer: Any = fn(self, request)
-        return bytes(answer.SerializeToString())
+        if not offloaded:
+            answer, _ = fn(self, request)
+            return bytes(answer.SerializeToString())
+        return await self._offloaded(method, fn, request, empty)
 
-    def _configure(self, request: Any) -> Any:
+    async def _offloaded(self, method: str, fn: Callable[[NriPlugin, Any], Answer], request: Any,
+                         empty: Callable[[], Any]) -> bytes:
+        """Runs ``fn`` on the hooks worker and its writes on the writes worker; answers by the deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._answer_deadline
+
+        def compute() -> tuple[bytes, Job | None]:
+            answer, writes = fn(self, request)
+            return bytes(answer.SerializeToString()), writes
+
+        try:
+            computing = self._hooks_worker.submit(compute)
+        except queue.Full:
+            self.stats.errors += 1
+            return self._policy(method, empty, TtrpcError(RESOURCE_EXHAUSTED, f"{method}: hooks backlog full"))
+        try:
+            encoded, writes = await asyncio.wait_for(_awaitable(computing, loop), self._answer_deadline)
+        except TimeoutError:
+            computing.cancel()  # skipped if it has not started: nobody waits for it any more
+            self.stats.errors += 1
+            error = TtrpcError(DEADLINE_EXCEEDED, f"{method}: hooks did not answer within "
+                                                  f"{self._answer_deadline:g} s")
+            return self._policy(method, empty, error)
+        except TtrpcError:
+            raise  # a hook failed under policy Fail (HookRunner decided)
+        except Exception as exc:  # conversion, validation, encoding: outside the runner, same policy
+            self.stats.errors += 1
+            return self._policy(method, empty, TtrpcError(INTERNAL, f"{method}: {exc}"))
+        if writes is not None:
+            await self._write_by(deadline, method, writes)
+        return bytes(encoded)
+
+    async def _write_by(self, deadline: float, method: str, writes: Job) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            writing = self._writes_worker.submit(writes)
+        except queue.Full:
+            log.warning("NRI cgroup writes backlog full; left to the reconciler", extra={"method": method})
+            return
+        waiter = _awaitable(writing, loop)
+        done, _ = await asyncio.wait({waiter}, timeout=max(deadline - loop.time(), 0.0))
+        if not done:
+            self.stats.late_writes += 1
+            log.warning("NRI cgroup writes still running at the answer deadline; answering without waiting",
+                        extra={"method": method, "deadline_seconds": self._answer_deadline,
+                               "queued": self._writes_worker.queued})
+            waiter.add_done_callback(_log_late_failure)
+            return
+        if waiter.exception() is not None:
+            # The executor reports refused writes in its results; an exception is a bug, logged, and the
+            # answer (already computed) still goes out: the runtime applies it, the reconciler retries.
+            log.error("NRI cgroup writes failed", extra={"method": method, "error": str(waiter.exception())})
+
+    def _policy(self, method: str, empty: Callable[[], Any], error: TtrpcError) -> bytes:
+        """An error outside the hook runner: fails the request under ``Fail``; under ``Ignore`` logs it and
+        answers "no adjustment" (the runtime goes on with the container as asked)."""
+        if self.runner.policy is FailurePolicy.FAIL:
+            raise error
+        log.warning("NRI request failed; answering without adjustments (failure policy Ignore)",
+                    extra={"method": method, "error": error.message})
+        return bytes(empty().SerializeToString())
+
+    def _configure(self, request: Any) -> Answer:
         self._scheme = convert.container_id_scheme(request.runtime_name)
         self.stats.configured += 1
         log.info("NRI plugin configured", extra={"runtime": request.runtime_name,
                                                  "version": request.runtime_version, "events": hex(self._events)})
-        return api_pb2.ConfigureResponse(events=self._events & EVENT_MASK_MAX)
+        return api_pb2.ConfigureResponse(events=self._events & EVENT_MASK_MAX), None
 
-    def _synchronize(self, request: Any) -> Any:
+    def _synchronize(self, request: Any) -> Answer:
         if not request.more:
             self._synchronized = True
-        return api_pb2.SynchronizeResponse(more=request.more)
+        return api_pb2.SynchronizeResponse(more=request.more), None
 
-    def _shutdown(self, request: Any) -> Any:
-        return api_pb2.Empty()
+    def _shutdown(self, request: Any) -> Answer:
+        return api_pb2.Empty(), None
 
     def _run(self, request: HookRequest) -> StageResult:
         result = self.runner.run(request, transport="nri")
@@ -236,7 +427,9 @@ class NriPlugin:
             return f"{cgroup_parent_dir(slice_)}/{prefix}-{cid}.scope"
         return cgroup_parent_dir(path)
 
-    def _create_container(self, request: Any) -> Any:
+    # The handlers below run on the hooks worker; the writes they return on the writes worker.
+
+    def _create_container(self, request: Any) -> Answer:
         hook_request = convert.container_request(Stage.PRE_CREATE_CONTAINER, request.pod, request.container,
                                                  self._scheme)
         result = self._run(hook_request)
@@ -246,51 +439,65 @@ class NriPlugin:
             # The container's cgroup does not exist yet: the reconciler writes these once it does.
             log.debug("NRI create: cgroup writes deferred to the reconciler",
                       extra={"pod": hook_request.pod.key, "writes": sorted(adjustment.writes)})
-        return api_pb2.CreateContainerResponse(adjust=convert.container_adjustment(adjustment))
+        return api_pb2.CreateContainerResponse(adjust=convert.container_adjustment(adjustment)), None
 
-    def _update_container(self, request: Any) -> Any:
+    def _update_container(self, request: Any) -> Answer:
         hook_request = convert.container_request(Stage.PRE_UPDATE_CONTAINER_RESOURCES, request.pod,
                                                  request.container, self._scheme, request.linux_resources)
         result = self._run(hook_request)
         self._applier.defer_quota(hook_request, result.adjustment)
-        self._applier.write(hook_request, result.adjustment, with_fields=False,
-                            rel_dir=self._container_dir(request.container))
-        return api_pb2.UpdateContainerResponse(update=convert.container_updates(request.container.id,
-                                                                               result.adjustment))
+        answer = api_pb2.UpdateContainerResponse(update=convert.container_updates(request.container.id,
+                                                                                 result.adjustment))
+        rel_dir = self._container_dir(request.container)
+        return answer, lambda: self._applier.write(hook_request, result.adjustment, with_fields=False,
+                                                   rel_dir=rel_dir)
 
-    def _stop_container(self, request: Any) -> Any:
+    def _stop_container(self, request: Any) -> Answer:
         self._run(convert.container_request(Stage.POST_STOP_CONTAINER, request.pod, request.container,
                                             self._scheme))
-        return api_pb2.StopContainerResponse()
+        return api_pb2.StopContainerResponse(), None
 
-    def _update_pod_sandbox(self, request: Any) -> Any:
-        return api_pb2.UpdatePodSandboxResponse()
+    def _update_pod_sandbox(self, request: Any) -> Answer:
+        return api_pb2.UpdatePodSandboxResponse(), None
 
-    def _state_change(self, request: Any) -> Any:
+    def _state_change(self, request: Any) -> Answer:
         stage = EVENT_STAGES.get(request.event)
         if stage is None or not self.runner.hooks(stage):
-            return api_pb2.Empty()
+            return api_pb2.Empty(), None
         if request.event in POD_EVENTS:
             hook_request = convert.pod_request(stage, request.pod)
             result = self._run(hook_request)
-            if stage is Stage.PRE_RUN_POD_SANDBOX:
-                # A notification: nothing carries values back, and the pod cgroup exists already.
-                self._applier.write(hook_request, result.adjustment, with_fields=True)
-        else:
-            hook_request = convert.container_request(stage, request.pod, request.container, self._scheme)
-            result = self._run(hook_request)
-            self._applier.write(hook_request, result.adjustment, with_fields=False,
-                                rel_dir=self._container_dir(request.container))
-        return api_pb2.Empty()
+            if stage is not Stage.PRE_RUN_POD_SANDBOX:
+                return api_pb2.Empty(), None
+            # A notification: nothing carries values back, and the pod cgroup exists already.
+            return api_pb2.Empty(), lambda: self._applier.write(hook_request, result.adjustment,
+                                                                with_fields=True)
+        hook_request = convert.container_request(stage, request.pod, request.container, self._scheme)
+        result = self._run(hook_request)
+        rel_dir = self._container_dir(request.container)
+        return api_pb2.Empty(), lambda: self._applier.write(hook_request, result.adjustment, with_fields=False,
+                                                            rel_dir=rel_dir)
 
-    _METHODS: ClassVar[dict[str, tuple[Any, Callable[[NriPlugin, Any], Any]]]] = {
-        "Configure": (api_pb2.ConfigureRequest, _configure),
-        "Synchronize": (api_pb2.SynchronizeRequest, _synchronize),
-        "Shutdown": (api_pb2.Empty, _shutdown),
-        "CreateContainer": (api_pb2.CreateContainerRequest, _create_container),
-        "UpdateContainer": (api_pb2.UpdateContainerRequest, _update_container),
-        "StopContainer": (api_pb2.StopContainerRequest, _stop_container),
-        "UpdatePodSandbox": (api_pb2.UpdatePodSandboxRequest, _update_pod_sandbox),
-        "StateChange": (api_pb2.StateChangeEvent, _state_change),
+    _METHODS: ClassVar[dict[str, tuple[Any, Callable[[NriPlugin, Any], Answer], Callable[[], Any], bool]]] = {
+        # method: (request type, handler, the "no adjustment" answer, runs off the loop)
+        "Configure": (api_pb2.ConfigureRequest, _configure, api_pb2.ConfigureResponse, False),
+        "Synchronize": (api_pb2.SynchronizeRequest, _synchronize, api_pb2.SynchronizeResponse, False),
+        "Shutdown": (api_pb2.Empty, _shutdown, api_pb2.Empty, False),
+        "CreateContainer": (api_pb2.CreateContainerRequest, _create_container, api_pb2.CreateContainerResponse,
+                            True),
+        "UpdateContainer": (api_pb2.UpdateContainerRequest, _update_container, api_pb2.UpdateContainerResponse,
+                            True),
+        "StopContainer": (api_pb2.StopContainerRequest, _stop_container, api_pb2.StopContainerResponse, True),
+        "UpdatePodSandbox": (api_pb2.UpdatePodSandboxRequest, _update_pod_sandbox,
+                             api_pb2.UpdatePodSandboxResponse, True),
+        "StateChange": (api_pb2.StateChangeEvent, _state_change, api_pb2.Empty, True),
     }
 
+
+def _raise(error: TtrpcError) -> bytes:
+    raise error
+
+
+def _log_late_failure(waiter: asyncio.Future[Any]) -> None:
+    if not waiter.cancelled() and waiter.exception() is not None:
+        log.error("NRI cgroup writes failed after the answer", extra={"error": str(waiter.exception())})

@@ -13,6 +13,11 @@ we do, following ttrpc's server (``server.go``, ``channel.go``):
 * a response on the client conn for a stream nobody waits for: dropped;
 * a mux frame over the mux cap, or EOF: the session ends; the caller reconnects.
 
+Requests are served concurrently, one task each, started in arrival order: a request waiting for a slow
+answer must not hold the ones behind it past the runtime's timeout (containerd times each request from
+when it sent it).  At most :data:`MAX_CONCURRENT_REQUESTS` are in flight; more are answered
+ResourceExhausted at once.
+
 Outgoing messages are cut into mux frames of at most 4096 bytes (see :data:`.frames.MUX_SEND_FRAME_MAX`)
 and written with one ``write`` each, so frames of two messages never interleave.
 """
@@ -20,6 +25,7 @@ and written with one ``write`` each, so frames of two messages never interleave.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -39,6 +45,7 @@ UNIMPLEMENTED = 12
 INTERNAL = 13
 UNAVAILABLE = 14
 _READ_SIZE = 1 << 16
+MAX_CONCURRENT_REQUESTS = 64
 
 
 class TtrpcError(Exception):
@@ -73,6 +80,7 @@ class MuxSession:
         self._client = frames.MessageDecoder()
         self._ids = frames.StreamIdAllocator()
         self._pending: dict[int, asyncio.Future[bytes]] = {}
+        self._serving: set[asyncio.Task[None]] = set()
         self._closed = False
 
     # --- sending ----------------------------------------------------------------------------------------
@@ -148,9 +156,20 @@ class MuxSession:
                 return
             if message.type is not MessageType.REQUEST:
                 continue
-            await self._request(message.stream_id, message.payload)
+            if len(self._serving) >= MAX_CONCURRENT_REQUESTS:
+                self._respond(message.stream_id, RESOURCE_EXHAUSTED,
+                              f"{len(self._serving)} requests in flight; try again")
+                continue
+            task = asyncio.create_task(self._request(message.stream_id, message.payload))
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
 
     async def _request(self, stream_id: int, raw: bytes) -> None:
+        # SessionClosed: the connection ended while the handler worked, nobody to answer.
+        with contextlib.suppress(SessionClosed):
+            await self._answer(stream_id, raw)
+
+    async def _answer(self, stream_id: int, raw: bytes) -> None:
         request = request_pb2.Request()
         try:
             request.ParseFromString(raw)
@@ -195,6 +214,8 @@ class MuxSession:
         if self._closed:
             return
         self._closed = True
+        for task in list(self._serving):
+            task.cancel()
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(SessionClosed("NRI connection closed before the answer"))

@@ -270,23 +270,47 @@ def _grants(objects: Mapping[tuple[str, str, str], dict[str, Any]], service_acco
 
 
 def test_koordlet_only_reaches_kubelet(objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
-    # koordlet never calls kube-apiserver; kubelet authorizes GET /pods/ and /configz as `get nodes/proxy`.
-    assert _grants(objects, "koordlet") == {("", "", "nodes/proxy", "get")}
+    # koordlet never calls kube-apiserver; kubelet (KubeletFineGrainedAuthz, 1.33+) authorizes GET /pods/ as
+    # `get nodes/pods` and GET /configz as `get nodes/configz`. Never nodes/proxy: it also opens exec on every node.
+    assert _grants(objects, "koordlet") == {("", "", "nodes/pods", "get"), ("", "", "nodes/configz", "get")}
+
+
+def test_kubelet_proxy_fallback_is_documented_not_installed() -> None:
+    path = MANIFESTS / "rbac" / "koordlet-kubelet-proxy-fallback.yaml"
+    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert "rbac/koordlet-kubelet-proxy-fallback.yaml" not in kustomization["resources"]
+    docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    [role] = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]
+    [binding] = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "koordlet", "namespace": NAMESPACE}]
+    # The default install says where the fallback is and when it is needed.
+    assert "koordlet-kubelet-proxy-fallback.yaml" in (MANIFESTS / "rbac" / "koordlet.yaml").read_text(encoding="utf-8")
 
 
 def test_companion_grants(objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
     grants = _grants(objects, "koord-companion")
     needed = {
-        ("", "", "nodes", "watch"), ("", "", "nodes/status", "patch"), ("", "", "pods/eviction", "create"),
+        ("", "", "nodes", "watch"), ("", "", "nodes", "get"), ("", "", "nodes/status", "patch"),
+        ("", "", "pods/eviction", "create"), ("", "", "pods", "get"),
+        ("", "authentication.k8s.io", "tokenreviews", "create"),
         ("", SLO_GROUP, "nodeslos", "create"), ("", SLO_GROUP, "nodeslos", "update"),
         ("", SLO_GROUP, "nodemetrics", "create"), ("", SLO_GROUP, "nodemetrics/status", "update"),
         (NAMESPACE, "", "configmaps", "watch"), (NAMESPACE, "coordination.k8s.io", "leases", "update"),
+        (NAMESPACE, "", "secrets", "create"), (NAMESPACE, "", "secrets", "get"),
     }
     assert needed <= grants
-    # ConfigMaps and Leases only in its own namespace; nothing may delete.
-    assert not {g for g in grants if g[2] in ("configmaps", "leases") and g[0] != NAMESPACE}
+    # ConfigMaps, Leases and Secrets only in its own namespace; nothing may delete.
+    assert not {g for g in grants if g[2] in ("configmaps", "leases", "secrets") and g[0] != NAMESPACE}
     assert not {g for g in grants if g[3] in ("delete", "deletecollection", "escalate", "bind", "impersonate")}
-    assert not {g for g in grants if g[2] in ("secrets", "nodes/proxy")}
+    assert not {g for g in grants if g[2] == "nodes/proxy"}
+    # The Secret and the Lease it reads and rewrites are named; only create cannot be.
+    role = _one(objects, "Role", "koord-companion", NAMESPACE)
+    for rule in role["rules"]:
+        if rule["resources"] in (["secrets"], ["leases"]) and rule["verbs"] != ["create"]:
+            assert rule["resourceNames"] in (["koord-companion-tls"], ["koord-companion"]), rule
 
 
 # ------------------------------------------------------------------------------------------ koordlet DaemonSet
@@ -341,8 +365,10 @@ def test_host_trees_resolve_to_the_host_paths_koordlet_defaults_name(
         daemonset: dict[str, Any], koordlet_config: Any) -> None:
     defaults = HostConfig()
     host = koordlet_config.host
-    for field in ("cgroup_root_dir", "sys_root_dir", "var_run_root_dir"):
+    for field in ("cgroup_root_dir", "sys_root_dir"):
         assert _host_path(daemonset, getattr(host, field)) == getattr(defaults, field), field
+    # The host's /var/run is not mounted: koordlet opens nothing there but the sockets mounted one by one below.
+    assert _host_path(daemonset, "/var/run") is None and _host_path(daemonset, "/host-var-run") is None
     # /proc is the host's through hostPID, not through a mount.
     assert daemonset["spec"]["template"]["spec"]["hostPID"] is True
     assert host.proc_root_dir == defaults.proc_root_dir == "/proc"
@@ -412,6 +438,78 @@ def test_companion_deployment_service_and_pdb(objects: dict[tuple[str, str, str]
         assert port["targetPort"] in ports
         assert port["port"] == ports[port["targetPort"]]
     assert pdb["spec"]["minAvailable"] == 1
+
+
+def _companion_args(objects: Mapping[tuple[str, str, str], dict[str, Any]]) -> Any:
+    """The companion Deployment's command line as koord-companion parses it (flag names and values checked)."""
+    from koordlet.companion.cli import build_parser as companion_parser
+
+    container = _container(_one(objects, "Deployment", "koord-companion", NAMESPACE), "koord-companion")
+    assert container["command"] == ["koord-companion"]
+    env = {"POD_NAMESPACE": NAMESPACE, "POD_NAME": "koord-companion-0"}
+    return companion_parser().parse_args([_expand(a, env) for a in container["args"]])
+
+
+def test_companion_authenticates_koordlets_by_default(objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+    args = _companion_args(objects)
+    # Per-node identity: TokenReview of each koordlet's projected token, bound to its pod's node.
+    assert args.auth == "tokenreview"
+    assert args.insecure is False and args.token_file == ""
+    assert args.koordlet_service_account == f"system:serviceaccount:{NAMESPACE}:koordlet"
+    # TLS from the bootstrapped Secret the koordlets take their CA from.
+    assert args.tls_secret == f"{NAMESPACE}/koord-companion-tls"
+    assert not args.tls_cert_file and not args.tls_key_file
+
+
+def test_koordlet_presents_a_projected_token_and_checks_the_companion_ca(
+        objects: dict[tuple[str, str, str], dict[str, Any]], daemonset: dict[str, Any], koordlet_config: Any) -> None:
+    args = _companion_args(objects)
+    pod = daemonset["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in _container(daemonset, "koordlet")["volumeMounts"]}
+    companion = koordlet_config.companion
+    # The token: audience the companion expects (so kube-apiserver and kubelet refuse it), short-lived, rotated.
+    [source] = volumes["companion-token"]["projected"]["sources"]
+    token = source["serviceAccountToken"]
+    assert token["audience"] in args.token_audience.split(",")
+    assert token["audience"] == "koord-companion"
+    assert token["expirationSeconds"] == 3600
+    assert mounts["companion-token"]["readOnly"] is True
+    assert companion.token_file == f"{mounts['companion-token']['mountPath']}/{token['path']}"
+    assert companion.token_file == "/var/run/secrets/koordinator.sh/companion/token"
+    # The CA: only ca.crt of the companion's serving Secret, never its key.
+    secret = volumes["companion-ca"]["secret"]
+    assert secret["secretName"] == args.tls_secret.partition("/")[2]
+    assert secret["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    assert mounts["companion-ca"]["readOnly"] is True
+    assert companion.ca_file == f"{mounts['companion-ca']['mountPath']}/ca.crt"
+    # The address koordlets dial is a name the bootstrapped certificate carries (--tls-dns-names' default).
+    host = companion.address.rpartition(":")[0]
+    assert host in ("koord-companion", f"koord-companion.{NAMESPACE}", f"koord-companion.{NAMESPACE}.svc",
+                    f"koord-companion.{NAMESPACE}.svc.cluster.local")
+
+
+def test_network_policy_admits_only_the_scheduler_to_the_extender(
+        objects: dict[tuple[str, str, str], dict[str, Any]], daemonset: dict[str, Any]) -> None:
+    policy = _one(objects, "NetworkPolicy", "koord-companion", NAMESPACE)
+    deployment = _one(objects, "Deployment", "koord-companion", NAMESPACE)
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    assert spec["podSelector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    by_port: dict[str, list[Any]] = {}
+    for rule in spec["ingress"]:
+        for port in rule["ports"]:
+            assert port["protocol"] == "TCP"
+            by_port.setdefault(port["port"], []).append(rule.get("from"))
+    ports = {p["name"] for p in _container(deployment, "koord-companion")["ports"]}
+    assert set(by_port) == ports  # every port has its rule; no rule opens a port the pod does not have
+    # gRPC is open at the network layer: koordlet is a host-network pod, whose traffic most network plugins
+    # attribute to its node, which no podSelector matches; per-node tokens over TLS guard the port instead.
+    assert daemonset["spec"]["template"]["spec"]["hostNetwork"] is True
+    assert by_port["grpc"] == [None]
+    [extender] = by_port["extender"]
+    assert extender == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                         "podSelector": {"matchLabels": {"component": "kube-scheduler"}}}]
 
 
 # ------------------------------------------------------------------------------------------ config objects

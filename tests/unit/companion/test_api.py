@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -26,6 +27,7 @@ from koordlet.apis.nodemetric import (
 )
 from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
 from koordlet.companion.api import CompanionAPIError, CompanionServer
+from koordlet.companion.auth import AuthUnavailable, Identity, Unauthenticated
 from koordlet.qosmanager.nodeslo import Effective, NodeSLOHolder
 from koordlet.statesinformer.companion import (
     CompanionClient,
@@ -419,11 +421,17 @@ def test_a_unix_socket_without_a_token_serves_the_embedded_case(controller: Fake
     assert not path.exists()
 
 
+@pytest.mark.parametrize("as_pem", [False, True], ids=["files", "pem"])
 def test_tls_serves_a_client_that_trusts_the_ca_and_refuses_one_that_does_not(
-        controller: FakeController, tmp_path: Path) -> None:
+        controller: FakeController, tmp_path: Path, as_pem: bool) -> None:
+    """The certificate as files (--tls-cert-file) or as PEM bytes (what --tls-secret reads from its Secret)."""
     tls = make_tls_files(tmp_path)
-    server = CompanionServer("127.0.0.1:0", TOKEN, controller.slo_for_node, controller.on_metric,
-                             cert_file=str(tls.server_cert), key_file=str(tls.server_key))
+    if as_pem:
+        server = CompanionServer("127.0.0.1:0", TOKEN, controller.slo_for_node, controller.on_metric,
+                                 cert_pem=tls.server_cert.read_bytes(), key_pem=tls.server_key.read_bytes())
+    else:
+        server = CompanionServer("127.0.0.1:0", TOKEN, controller.slo_for_node, controller.on_metric,
+                                 cert_file=str(tls.server_cert), key_file=str(tls.server_key))
     server.start()
     trusting = CompanionClient(f"127.0.0.1:{server.port}", TOKEN, NODE, ca_file=str(tls.ca_cert))
     stranger = CompanionClient(f"127.0.0.1:{server.port}", TOKEN, NODE, ca_file=str(tls.other_ca_cert))
@@ -456,3 +464,133 @@ def test_a_token_file_is_reread_when_it_changes(controller: FakeController, serv
         assert client.report(sample_status()).accepted
     finally:
         client.close()
+
+
+def test_a_projected_token_rotated_by_kubelet_is_picked_up(controller: FakeController, server: CompanionServer,
+                                                           tmp_path: Path) -> None:
+    """kubelet's atomic writer: the token lives in a timestamped directory, ``..data`` points at it and ``token``
+    at ``..data/token``; a rotation writes a new directory and swaps ``..data``."""
+    volume = tmp_path / "companion"
+    volume.mkdir()
+
+    def project(name: str, token: str) -> None:
+        (volume / name).mkdir()
+        (volume / name / "token").write_text(token)
+        (volume / "..data_tmp").symlink_to(name)
+        (volume / "..data_tmp").replace(volume / "..data")
+
+    project("..2026_01_01_00_00_00.1", "expired-token")
+    (volume / "token").symlink_to("..data/token")
+    client = CompanionClient(f"127.0.0.1:{server.port}", token_from_file(str(volume / "token")), NODE)
+    try:
+        with pytest.raises(CompanionError, match="UNAUTHENTICATED"):
+            client.report(sample_status())
+        project("..2026_01_01_00_48_00.2", TOKEN)
+        assert client.report(sample_status()).accepted
+    finally:
+        client.close()
+
+
+def test_a_token_file_is_reread_periodically_even_when_its_stat_looks_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("aaaa")
+    now = [0.0]
+    current = token_from_file(str(path), reread_seconds=60, clock=lambda: now[0])
+    assert current() == "aaaa"
+    stat = path.stat()
+    path.write_text("bbbb")  # same size, and the old timestamps put back: a coarse-timestamp filesystem
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    now[0] = 61.0
+    assert current() == "bbbb"
+
+
+# ---------------------------------------------------------------------------------------------- identities
+
+
+class NodeBound:
+    """An authenticator binding every token ``node-<x>`` to node ``node-<x>``; ``down`` answers UNAVAILABLE."""
+
+    mode = "tokenreview"
+    bound = True
+
+    def __init__(self) -> None:
+        self.down = False
+        self.calls: list[str | None] = []
+
+    def cached(self, token: str | None) -> Identity | None:
+        return None
+
+    def authenticate(self, token: str | None) -> Identity:
+        self.calls.append(threading.current_thread().name)
+        if self.down:
+            raise AuthUnavailable("cannot review the token now (503); retry")
+        if not token or not token.startswith("node-"):
+            raise Unauthenticated("token not accepted")
+        return Identity(f"koordlet of {token}", token)
+
+
+@pytest.fixture
+def bound_server(controller: FakeController) -> Iterator[tuple[CompanionServer, NodeBound]]:
+    authenticator = NodeBound()
+    srv = CompanionServer("127.0.0.1:0", None, controller.slo_for_node, controller.on_metric,
+                          authenticator=authenticator, evict=lambda *args: "evicted")
+    srv.start()
+    yield srv, authenticator
+    srv.stop(0.5)
+
+
+def test_a_bound_caller_speaks_for_its_node_only(controller: FakeController,
+                                                 bound_server: tuple[CompanionServer, NodeBound]) -> None:
+    server, authenticator = bound_server
+    controller.set(NODE, SPEC_A)
+    mine = CompanionClient(f"127.0.0.1:{server.port}", NODE, NODE)  # the token "node-a" binds to node-a
+    other = CompanionClient(f"127.0.0.1:{server.port}", "node-b", NODE)
+    try:
+        assert mine.report(sample_status()).accepted
+        assert mine.evict("default", "pod-0", "BECPUEvict", "test") == "evicted"
+        assert next(iter(mine.watch(0))).generation == 1
+        for call in (lambda: other.report(sample_status()), lambda: other.evict("default", "pod-0", "r", "m"),
+                     lambda: next(iter(other.watch(0)))):
+            with pytest.raises((CompanionError, grpc.RpcError), match=r"PERMISSION_DENIED|speaks for node") as caught:
+                call()
+            if isinstance(caught.value, grpc.RpcError):
+                assert caught.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert [node for node, _ in controller.reports] == [NODE]
+        # The review ran off the event loop.
+        assert authenticator.calls and all(name.startswith("companion-auth") for name in authenticator.calls)
+        authenticator.down = True
+        with pytest.raises(CompanionError, match="UNAVAILABLE"):
+            mine.report(sample_status())
+    finally:
+        mine.close()
+        other.close()
+
+
+def test_a_large_report_is_decoded_off_the_event_loop(controller: FakeController, server: CompanionServer,
+                                                      client: CompanionClient) -> None:
+    """While one report's consumer is busy, the loop still serves: another report is answered and a watch gets
+    its push."""
+    release = threading.Event()
+    entered = threading.Event()
+    threads: list[str] = []
+
+    def slow_on_metric(node: str, status: NodeMetricStatus) -> None:
+        threads.append(threading.current_thread().name)
+        if not entered.is_set():
+            entered.set()
+            release.wait(10)
+
+    server._on_metric = slow_on_metric
+    controller.set(NODE, SPEC_A)
+    blocked = threading.Thread(target=lambda: client.report(sample_status(), timeout_seconds=10))
+    blocked.start()
+    try:
+        assert entered.wait(5)
+        watch = client.watch(0)
+        assert next(iter(watch)).generation == 1  # the loop is free
+        watch.cancel()
+        assert client.report(sample_status(), timeout_seconds=5).accepted  # the second ingest worker
+    finally:
+        release.set()
+        blocked.join(10)
+    assert threads and all(name.startswith("companion-ingest") for name in threads)

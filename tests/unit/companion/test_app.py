@@ -13,6 +13,7 @@ import pytest
 
 from koordlet.apis.nodemetric import NodeMetricInfo, NodeMetricStatus, ResourceMap
 from koordlet.companion.app import Companion, CompanionOptions
+from koordlet.errors import KoordletError
 from koordlet.qosmanager.evictor import CompanionEvictionAPI, EvictionFailed
 from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
@@ -109,3 +110,100 @@ def test_without_kubernetes_evictions_are_refused(companion: tuple[Companion, Pa
     api = CompanionEvictionAPI(CompanionClient(f"127.0.0.1:{instance.server.port}", TOKEN, "node-1"))
     with pytest.raises(EvictionFailed, match=r"UNIMPLEMENTED.*no Kubernetes"):
         api.evict("default", "web", "BECPUEvict", "test")
+
+
+def test_help_documents_authentication_and_eviction_limits(capsys: pytest.CaptureFixture[str]) -> None:
+    from koordlet.companion import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps lines, also at hyphens
+    for flag in ("--auth {tokenreview,token,none}", "--token-audience", "--koordlet-service-account", "--insecure",
+                 "--tls-secret NAMESPACE/NAME", "--eviction-rate", "--eviction-burst", "--node-eviction-rate",
+                 "--node-eviction-burst", "--max-concurrent-rpcs", "(default 10000)", "default koord-companion",
+                 "default system:serviceaccount:koordinator-system:koordlet"):
+        assert flag.replace(" ", "") in text, flag
+
+
+@pytest.mark.parametrize("argv", [
+    ["--auth=token"],  # no --token-file
+    ["--auth=none", "--token-file=t"],
+    ["--auth=tokenreview", "--config-file=c.yaml"],
+    ["--tls-secret=no-slash"],
+    ["--tls-secret=ns/name", "--tls-cert-file=c", "--tls-key-file=k"],
+    ["--tls-cert-file=c"],
+    ["--token-audience=,"],
+    ["--node-eviction-rate=1", "--node-eviction-burst=0"],
+    ["--auth-cache-seconds=-1"],
+    ["--koordlet-service-account=koordinator-system/koordlet"],
+    ["--max-concurrent-rpcs=0"],
+    ["--metrics-addr=9322"],  # no colon: not host:port
+])
+def test_contradicting_flags_are_usage_errors(argv: list[str]) -> None:
+    from koordlet.companion import cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+
+
+def test_the_auth_mode_follows_the_options(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(configmap(60))
+
+    def mode(**options: Any) -> str:
+        return Companion(CompanionOptions(grpc_addr="127.0.0.1:0", config_file=str(path), **options)).server \
+            .authenticator.mode
+
+    assert mode() == "none"
+    assert mode(token=TOKEN) == "token"
+    assert mode(auth="none") == "none"
+    with pytest.raises(KoordletError, match="tokenreview needs Kubernetes"):
+        mode(auth="tokenreview")
+    with pytest.raises(KoordletError, match="needs the shared token"):
+        mode(auth="token")
+    with pytest.raises(KoordletError, match=r"refusing to listen on 0\.0\.0\.0:9320 without authentication"):
+        Companion(CompanionOptions(grpc_addr="0.0.0.0:9320", config_file=str(path)))
+    assert Companion(CompanionOptions(grpc_addr="0.0.0.0:9320", config_file=str(path), insecure=True)).server.insecure
+
+
+def test_a_taken_metrics_port_fails_the_start_and_releases_the_rest(tmp_path: Path) -> None:
+    import socket
+
+    path = tmp_path / "slo-controller-config.yaml"
+    path.write_text(configmap(60))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        instance = Companion(CompanionOptions(grpc_addr="127.0.0.1:0", extender_addr="127.0.0.1:0",
+                                              metrics_addr=f"127.0.0.1:{port}", config_file=str(path)))
+        with pytest.raises(OSError, match=f"metrics server cannot listen on 127.0.0.1:{port}"):
+            instance.start()
+    grpc_port, extender_port = instance.server.port, instance.extender_port
+    for released in (grpc_port, extender_port):  # bindable again: the gRPC and extender servers were stopped
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", released))
+
+
+def test_the_companion_serves_its_metrics_and_stops_them(tmp_path: Path) -> None:
+    import http.client
+
+    path = tmp_path / "slo-controller-config.yaml"
+    path.write_text(configmap(60))
+    instance = Companion(CompanionOptions(grpc_addr="127.0.0.1:0", extender_addr="127.0.0.1:0",
+                                          metrics_addr="127.0.0.1:0", config_file=str(path)))
+    instance.start()
+    try:
+        assert instance._metrics is not None
+        host, port = instance._metrics.address
+        connection = http.client.HTTPConnection(host, port, timeout=10)
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        assert response.status == 200 and b"python_info" in response.read()
+        connection.close()
+    finally:
+        instance.stop()
+    assert instance._metrics is None
+    with pytest.raises(OSError):
+        http.client.HTTPConnection(host, port, timeout=2).request("GET", "/metrics")

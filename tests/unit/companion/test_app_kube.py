@@ -1,10 +1,12 @@
 """The companion against a kube-apiserver (the in-process fake, driven by the real client) with a koordlet's
 real companion client: ConfigMap edits reach the koordlet's NodeSLO holder, batch resources on the Node
 follow Koordinator's formula over a scripted NodeMetric series, CRs are written, one leader writes, and a
-companion outage changes nothing on the koordlet until it comes back."""
+companion outage changes nothing on the koordlet until it comes back.  The koordlet authenticates as it does in
+a cluster: with a projected token of its pod on node-1, reviewed by the companion (the default with Kubernetes)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -15,18 +17,26 @@ from typing import Any
 import pytest
 
 from koordlet.apis.nodemetric import NodeMetricInfo, NodeMetricStatus, PodMetricInfo, ResourceMap
+from koordlet.companion import cli
 from koordlet.companion.app import Companion, CompanionOptions
 from koordlet.companion.kube import make_api_client
 from koordlet.qosmanager.evictor import CompanionEvictionAPI, EvictionFailed
 from koordlet.qosmanager.nodeslo import NodeSLOHolder
-from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
+from koordlet.statesinformer.companion import (
+    CompanionClient,
+    CompanionError,
+    CompanionNodeMetricSink,
+    CompanionNodeSLOSource,
+    token_from_file,
+)
 from tests.fixtures.failures import ComponentFailures
-from tests.fixtures.fakeapiserver import make_configmap, make_node
+from tests.fixtures.fakeapiserver import make_configmap, make_node, make_pod
 from tests.fixtures.waiting import wait_until
 
 NS = "koordinator-system"
 CM = "slo-controller-config"
 G = 10**9
+KOORDLET_POD = "koordlet-node-1"
 OUTAGE_SECONDS = float(os.environ.get("KOORDLET_COMPANION_OUTAGE_SECONDS", "5"))
 """How long the companion stays down in the outage test (the acceptance figure, 300 s, is run by hand)."""
 
@@ -52,6 +62,11 @@ def ls_pod() -> dict[str, Any]:
             "status": {"phase": "Running"}}
 
 
+def koordlet_token(cluster: Any) -> str:
+    """The projected token of node-1's koordlet pod (seeded by the ``cluster`` fixture)."""
+    return str(cluster.mint_token(NS, KOORDLET_POD, audiences=["koord-companion"]))
+
+
 def threshold(holder: NodeSLOHolder) -> int | None:
     spec = holder.current().spec.resource_used_threshold_with_be
     return None if spec is None else spec.cpu_suppress_threshold_percent
@@ -62,6 +77,7 @@ def cluster(fake_apiserver: Any) -> Any:
     fake_apiserver.seed(make_node("node-1", capacity={"cpu": "100", "memory": "120G", "pods": "110"}))
     fake_apiserver.seed(make_configmap(CM, NS, cm_data(60)))
     fake_apiserver.seed(ls_pod())
+    fake_apiserver.seed(make_pod(KOORDLET_POD, NS, "node-1", service_account="koordlet"))
     return fake_apiserver
 
 
@@ -83,21 +99,21 @@ def companion(cluster: Any) -> Iterator[Companion]:
 
 
 def koordlet_source(port: int, holder: NodeSLOHolder, tmp_path: Path,
-                    failures: ComponentFailures) -> CompanionNodeSLOSource:
-    client = CompanionClient(f"127.0.0.1:{port}", None, "node-1")
+                    failures: ComponentFailures, token: str) -> CompanionNodeSLOSource:
+    client = CompanionClient(f"127.0.0.1:{port}", token, "node-1")
     source = CompanionNodeSLOSource(client, holder, tmp_path / "nodeslo-companion.json",
                                     initial_backoff_seconds=0.05, max_backoff_seconds=0.5)
     source.start(failures.callback("companion-nodeslo"))
     return source
 
 
-def report(port: int, pod_cpu_cores: int) -> None:
+def report(port: int, pod_cpu_cores: int, token: str) -> None:
     """One koordlet report: node 50 cores / 55G used, system 7 cores / 12G, the LS pod as given."""
     status = NodeMetricStatus(
         update_time=time.time(),
         node_metric=NodeMetricInfo(node_usage=ResourceMap(50_000, 55 * G), system_usage=ResourceMap(7_000, 12 * G)),
         pods_metric=(PodMetricInfo("web", "prod", ResourceMap(pod_cpu_cores * 1000, 11 * G)),))
-    sink = CompanionNodeMetricSink(CompanionClient(f"127.0.0.1:{port}", None, "node-1"))
+    sink = CompanionNodeMetricSink(CompanionClient(f"127.0.0.1:{port}", token, "node-1"))
     sink.report(status)
     assert not sink.failing
 
@@ -110,7 +126,7 @@ def batch(cluster: Any) -> tuple[str | None, str | None]:
 def test_a_configmap_edit_reaches_the_koordlet(cluster: Any, companion: Companion, tmp_path: Path,
                                                failures: ComponentFailures) -> None:
     holder = NodeSLOHolder()
-    source = koordlet_source(companion.server.port, holder, tmp_path, failures)
+    source = koordlet_source(companion.server.port, holder, tmp_path, failures, koordlet_token(cluster))
     try:
         wait_until("the first NodeSLO", lambda: threshold(holder) == 60)
         started = time.monotonic()
@@ -130,15 +146,15 @@ def test_a_configmap_edit_reaches_the_koordlet(cluster: Any, companion: Companio
 
 
 def test_batch_resources_follow_the_formula_over_a_metric_series(cluster: Any, companion: Companion) -> None:
-    port = companion.server.port
+    port, token = companion.server.port, koordlet_token(cluster)
     wait_until("the pod to be known", lambda: companion.compute_batch("node-1") is not None)
     # capacity 100 cores / 120G, reclaim 65%: margin 35 cores / 42G; system 7 cores / 12G; the LS pod's usage.
-    report(port, 11)  # cpu 100 - 35 - 7 - 11 = 47 cores; memory 120 - 42 - 12 - 11 = 55G
+    report(port, 11, token)  # cpu 100 - 35 - 7 - 11 = 47 cores; memory 120 - 42 - 12 - 11 = 55G
     wait_until("the first batch write", lambda: batch(cluster) == ("47000", str(55 * G)))
-    report(port, 30)  # 100 - 35 - 7 - 30 = 28 cores: -40%, above the 10% diff threshold -> written
+    report(port, 30, token)  # 100 - 35 - 7 - 30 = 28 cores: -40%, above the 10% diff threshold -> written
     wait_until("the second batch write", lambda: batch(cluster) == ("28000", str(55 * G)))
     writes = cluster.count("PATCH", "nodes", subresource="status")
-    report(port, 31)  # 27 cores: -3.6%, below 10% and within 300 s -> not written
+    report(port, 31, token)  # 27 cores: -3.6%, below 10% and within 300 s -> not written
     wait_until("the third calculation", lambda: companion.batch["node-1"].batch_cpu_milli == 27000)
     time.sleep(0.2)  # the writer had its chance
     assert batch(cluster) == ("28000", str(55 * G))
@@ -157,11 +173,11 @@ def test_one_leader_writes_and_the_other_takes_over(cluster: Any) -> None:
         wait_until("a leader", lambda: first._leading or second._leading)
         leader, standby = (first, second) if first._leading else (second, first)
         assert not standby._leading
-        report(leader.server.port, 11)
+        report(leader.server.port, 11, koordlet_token(cluster))
         wait_until("the leader's batch write", lambda: batch(cluster)[0] == "47000")
         leader.stop()
         wait_until("the standby to lead", lambda: standby._leading, timeout=20)
-        report(standby.server.port, 30)
+        report(standby.server.port, 30, koordlet_token(cluster))
         wait_until("the new leader's batch write", lambda: batch(cluster)[0] == "28000")
     finally:
         first.stop()
@@ -172,7 +188,7 @@ def test_a_companion_outage_keeps_the_last_good_nodeslo(cluster: Any, tmp_path: 
                                                         failures: ComponentFailures) -> None:
     holder = NodeSLOHolder()
     companion = start_companion(cluster)
-    source = koordlet_source(companion.server.port, holder, tmp_path, failures)
+    source = koordlet_source(companion.server.port, holder, tmp_path, failures, koordlet_token(cluster))
     try:
         wait_until("the first NodeSLO", lambda: threshold(holder) == 60)
         generation = holder.current().generation
@@ -201,11 +217,12 @@ def test_koordlet_evictions_go_through_the_eviction_api(cluster: Any, companion:
     other["metadata"].update(name="elsewhere", uid="uid-elsewhere")
     other["spec"]["nodeName"] = "node-2"
     cluster.seed(other)
-    client = CompanionClient(f"127.0.0.1:{companion.server.port}", None, "node-1")
+    client = CompanionClient(f"127.0.0.1:{companion.server.port}", koordlet_token(cluster), "node-1")
     api = CompanionEvictionAPI(client)
     wait_until("the pods to be known", lambda: companion._pod_nodes.get(("prod", "elsewhere")) == "node-2")
-    with pytest.raises(EvictionFailed, match=r"PERMISSION_DENIED.*not on node node-1"):
+    with pytest.raises(EvictionFailed, match=r"PERMISSION_DENIED.*not on node node-1") as refused:
         api.evict("prod", "elsewhere", "BECPUEvict", "a pod of another node")
+    assert "node-2" not in str(refused.value), "the refusal must not say where the pod is"
     cluster.block_eviction("prod", "web")
     with pytest.raises(EvictionFailed, match="blocked by a PodDisruptionBudget"):
         api.evict("prod", "web", "BECPUEvict", "cpu satisfaction 40% < 60%")
@@ -213,3 +230,41 @@ def test_koordlet_evictions_go_through_the_eviction_api(cluster: Any, companion:
     api.evict("prod", "web", "BECPUEvict", "cpu satisfaction 40% < 60%")
     assert [(e["name"], e["blocked"]) for e in cluster.evictions] == [("web", True), ("web", False)]
     assert cluster.get("pods", "web", namespace="prod") is None
+
+
+def test_the_shipped_flags_serve_tls_and_review_the_koordlets_token(cluster: Any, tmp_path: Path,
+                                                                   failures: ComponentFailures) -> None:
+    """koord-companion as the manifests start it (auth defaults to tokenreview, the serving certificate from a
+    Secret it bootstraps), and a koordlet configured as the DaemonSet configures it: the Secret's ``ca.crt`` and
+    its projected token in files."""
+    pytest.importorskip("cryptography", reason="the Secret bootstrap (koordlet.companion.certs) needs cryptography")
+    args = cli.build_parser().parse_args([
+        "--grpc-addr=127.0.0.1:0", "--extender-addr=127.0.0.1:0", "--metrics-addr=", "--leader-elect=false",
+        f"--kube-api-server={cluster.host}", f"--kube-token-file={cluster.token_file}",
+        f"--kube-ca-file={cluster.ca_file}", f"--tls-secret={NS}/koord-companion-tls", "--tls-dns-names=localhost"])
+    companion = cli._build(args)
+    companion.start()
+    secret = cluster.get("secrets", "koord-companion-tls", namespace=NS)
+    assert secret is not None
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(base64.b64decode(secret["data"]["ca.crt"]))
+    token_file = tmp_path / "token"
+    token_file.write_text(koordlet_token(cluster))
+    holder = NodeSLOHolder()
+    client = CompanionClient(f"localhost:{companion.server.port}", token_from_file(str(token_file)), "node-1",
+                             ca_file=str(ca_file))
+    source = CompanionNodeSLOSource(client, holder, tmp_path / "nodeslo-companion.json",
+                                    initial_backoff_seconds=0.05, max_backoff_seconds=0.5)
+    source.start(failures.callback("companion-nodeslo"))
+    try:
+        assert companion.server.authenticator.mode == "tokenreview"
+        wait_until("the NodeSLO over TLS with the reviewed token", lambda: threshold(holder) == 60)
+        other = CompanionClient(f"localhost:{companion.server.port}", koordlet_token(cluster), "node-2",
+                                ca_file=str(ca_file))
+        with pytest.raises(CompanionError, match="PERMISSION_DENIED"):
+            other.evict("prod", "web", "BECPUEvict", "node-1's token speaking for node-2")
+        other.close()
+    finally:
+        source.stop(5)
+        client.close()
+        companion.stop()

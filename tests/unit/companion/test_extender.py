@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from koordlet.apis.nodemetric import NodeMetricStatus, format_time
 from koordlet.companion.extender import (
     ANNOTATION_CUSTOM_USAGE_THRESHOLDS,
     DEFAULT_MEMORY_REQUEST,
+    MAX_BODY_BYTES,
     REASON_NODE_METRIC_EXPIRED,
     REASON_UNKNOWN_NODE,
     AggregatedArgs,
@@ -27,6 +29,7 @@ from koordlet.companion.extender import (
     parse_pod,
 )
 from koordlet.errors import ConfigError
+from koordlet.system.httpserver import ServerLimits
 
 GI = 1 << 30
 NOW = 1_700_000_000.0
@@ -354,6 +357,27 @@ def test_node_annotation_overrides_thresholds() -> None:
     assert "relaxed" in extender.filter(args_body(pod(cpu="100m"), nodes=nodes))["FailedNodes"]
 
 
+def test_a_request_never_changes_the_store() -> None:
+    """kube-scheduler sends names only once the extender is nodeCacheCapable: a Nodes-form request that wrote
+    its copy into the store would decide every later answer for that node."""
+    store, extender, _ = make()
+    add(store, "real", metric("9", "10Gi"))              # 16 cores: 56 % + the pod's 10.6 % > 65 %
+    store.update_node_metric("visitor", metric("9", "10Gi"))  # a NodeMetric, but no Node object seen
+    before = {name: store.view(name) for name in ("real", "visitor")}
+    forged = {ANNOTATION_CUSTOM_USAGE_THRESHOLDS: json.dumps({"usageThresholds": {"cpu": 100, "memory": 100}})}
+    request = args_body(pod(cpu="1", memory="1Gi", cpu_limit="2"),
+                        nodes=node_list(node("real", cpu="1000", annotations=forged),
+                                        node("visitor", cpu="1000", annotations=forged)))
+    result = extender.filter(request)
+    # The known node is answered from the store (the Node watch), whatever the request claims; the other from
+    # the request's copy, for this answer only.
+    assert result["FailedNodes"] == {"real": "node(s) cpu usage exceed threshold"}
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["visitor"]
+    assert {name: store.view(name) for name in ("real", "visitor")} == before
+    names_only = extender.filter(args_body(pod(cpu="1", memory="1Gi", cpu_limit="2"), names=["real", "visitor"]))
+    assert names_only["FailedNodes"] == {"real": "node(s) cpu usage exceed threshold", "visitor": REASON_UNKNOWN_NODE}
+
+
 def test_prod_pods_use_prod_thresholds_on_prod_usage() -> None:
     args = LoadAwareArgs.from_json({"prodUsageThresholds": {"cpu": 30}})
     store, extender, _ = make(args)
@@ -417,13 +441,17 @@ def test_concurrent_updates_and_requests() -> None:
 
 # ---------------------------------------------------------------------------------------------- HTTP
 
+SMALL_BODY_LIMITS = ServerLimits(max_body_bytes=64 * 1024, max_active_requests=2, header_timeout_seconds=5.0,
+                                 body_timeout_seconds=5.0, idle_timeout_seconds=5.0)
+
+
 @pytest.fixture
 def served() -> Iterator[tuple[NodeStore, str, int]]:
     store, extender, _ = make()
     add(store, "cold", metric("1", "4Gi"))
     add(store, "warm", metric("6", "30Gi"))
     add(store, "hot", metric("12", "4Gi"))
-    server = make_server(extender, "127.0.0.1", 0)
+    server = make_server(extender, "127.0.0.1", 0, SMALL_BODY_LIMITS)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     host, port = server.server_address[0], server.server_address[1]
@@ -477,6 +505,9 @@ def test_http_round_trip(served: tuple[NodeStore, str, int]) -> None:
     (b"\xff\xfe", "not valid JSON"),
     (b'{"NodeNames": ["a"]}', "Pod: missing"),
     (b'{"Pod": {"metadata": {"name": "p"}}}', "neither Nodes nor NodeNames"),
+    (b"[" * 3000, "not valid JSON"),  # deeper than the parser recurses
+    (b'{"Pod": {"spec": {"containers": 5}}, "NodeNames": []}', "Pod.spec.containers: expected a list, got int"),
+    (b'{"Pod": {"status": {"conditions": true}}, "NodeNames": []}', "Pod.status.conditions: expected a list"),
     (b'{"Pod": {"spec": {"containers": [{"resources": {"requests": {"cpu": "lots"}}}]}}, "NodeNames": []}',
      "invalid quantity"),
 ])
@@ -491,3 +522,55 @@ def test_unknown_endpoint_is_404(served: tuple[NodeStore, str, int]) -> None:
     _, host, port = served
     assert request(host, port, "POST", "/bind", b"{}")[0] == 404
     assert request(host, port, "GET", "/filter")[0] == 404
+
+
+def test_the_body_cap_is_16_mib() -> None:
+    assert MAX_BODY_BYTES == 16 * 1024 * 1024
+
+
+def raw_exchange(host: str, port: int, data: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Sends ``data`` as is and reads one answer (status, lower-cased headers, body)."""
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(data)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+
+
+def test_a_body_over_the_cap_is_413_unread(served: tuple[NodeStore, str, int]) -> None:
+    _, host, port = served
+    # Announced over the cap and never sent: answered at once, from the header alone.
+    status, headers, raw = raw_exchange(host, port, b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 65537\r\n"
+                                                    b"Content-Type: application/json\r\n\r\n")
+    assert status == 413 and headers["connection"] == "close"
+    assert json.loads(raw)["Error"] == "filter: request body of 65537 bytes is over the limit of 65536 bytes"
+
+
+def chunked(body: bytes, size: int) -> bytes:
+    pieces = [b"%x\r\n%s\r\n" % (len(body[i:i + size]), body[i:i + size]) for i in range(0, len(body), size)]
+    return b"".join(pieces) + b"0\r\n\r\n"
+
+
+def test_chunked_bodies_are_read_up_to_the_cap(served: tuple[NodeStore, str, int]) -> None:
+    _, host, port = served
+    head = b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    body = json.dumps({"Pod": pod(cpu="1", memory="1Gi"), "NodeNames": ["hot", "cold"]}).encode()
+    status, _, raw = raw_exchange(host, port, head + chunked(body, 100))
+    assert status == 200 and json.loads(raw)["NodeNames"] == ["cold"]
+
+    too_big = json.dumps({"Pod": pod(), "NodeNames": ["n"] * 20_000}).encode()
+    assert len(too_big) > SMALL_BODY_LIMITS.max_body_bytes
+    status, _, raw = raw_exchange(host, port, head + chunked(too_big, 4096))
+    assert status == 413 and "chunked request body over the limit of 65536 bytes" in json.loads(raw)["Error"]
+
+
+@pytest.mark.parametrize(("head", "status", "message"), [
+    (b"Content-Length: 1\r\nTransfer-Encoding: chunked\r\n", 400, "both Transfer-Encoding and Content-Length"),
+    (b"Transfer-Encoding: gzip\r\n", 501, "only chunked is supported"),
+    (b"Content-Length: +5\r\n", 400, "Content-Length: not one decimal number"),
+    (b"", 411, "Content-Length header (or a chunked body) is required"),
+])
+def test_body_framing_errors(served: tuple[NodeStore, str, int], head: bytes, status: int, message: str) -> None:
+    _, host, port = served
+    got, _, raw = raw_exchange(host, port, b"POST /filter HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n")
+    assert got == status and message in json.loads(raw)["Error"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,17 +21,19 @@ from koordlet.companion.kube import (
     EvictionResult,
     KubeApiError,
     LeaderElector,
+    NodeBatchResourceWriter,
     NodeMetricWriter,
     NodeSLOWriter,
     NodeWatcher,
     WatchEvent,
+    WriteBackoff,
     evict_pod,
     make_api_client,
     make_in_cluster_client,
     patch_node_batch_resources,
 )
 from koordlet.errors import ConfigError
-from tests.fixtures.fakeapiserver import FakeApiServer, Fault, make_configmap, make_node
+from tests.fixtures.fakeapiserver import FakeApiServer, Fault, RecordedRequest, make_configmap, make_node
 from tests.fixtures.fakekubelet import TlsFiles
 
 
@@ -59,6 +62,11 @@ def api(fake_apiserver: FakeApiServer) -> Iterator[client.ApiClient]:
         yield api_client
     finally:
         close(api_client)
+
+
+def owner_of(node: dict[str, Any]) -> dict[str, Any]:
+    """The ownerReference a companion object must carry for ``node`` (a stored Node)."""
+    return {"apiVersion": "v1", "kind": "Node", "name": node["metadata"]["name"], "uid": node["metadata"]["uid"]}
 
 
 def pod(name: str, namespace: str = "default") -> dict[str, Any]:
@@ -391,10 +399,13 @@ def writes(fake_apiserver: FakeApiServer, resource: str) -> int:
 def test_nodeslo_writer_creates_then_updates_only_on_change(
     fake_apiserver: FakeApiServer, api: client.ApiClient
 ) -> None:
+    node = fake_apiserver.seed(make_node("n1"))
     writer = NodeSLOWriter(api)
     assert writer.apply("n1", SLO_SPEC) is ApplyResult.CREATED
     stored = fake_apiserver.get("nodeslos", "n1")
     assert stored is not None and stored["spec"] == SLO_SPEC and stored["kind"] == "NodeSLO"
+    # Owned by its Node: the garbage collector deletes it with the node.
+    assert stored["metadata"]["ownerReferences"] == [owner_of(node)]
     assert writer.apply("n1", SLO_SPEC) is ApplyResult.UNCHANGED
     assert writes(fake_apiserver, "nodeslos") == 1
     changed = {"resourceUsedThresholdWithBE": {"enable": False}}
@@ -405,6 +416,7 @@ def test_nodeslo_writer_creates_then_updates_only_on_change(
 
 
 def test_nodeslo_writer_retries_a_conflict(fake_apiserver: FakeApiServer, api: client.ApiClient) -> None:
+    fake_apiserver.seed(make_node("n1"))
     writer = NodeSLOWriter(api)
     writer.apply("n1", SLO_SPEC)
     # Another writer changes the object between our read and our write.
@@ -416,10 +428,20 @@ def test_nodeslo_writer_retries_a_conflict(fake_apiserver: FakeApiServer, api: c
 
 
 def test_nodeslo_writer_adopts_an_existing_object(fake_apiserver: FakeApiServer, api: client.ApiClient) -> None:
+    node = fake_apiserver.seed(make_node("n1"))
+    other_owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keep", "uid": "u-keep"}
     fake_apiserver.seed({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
-                         "metadata": {"name": "n1"}, "spec": SLO_SPEC})
-    assert NodeSLOWriter(api).apply("n1", SLO_SPEC) is ApplyResult.UNCHANGED
-    assert writes(fake_apiserver, "nodeslos") == 0
+                         "metadata": {"name": "n1", "ownerReferences": [other_owner]}, "spec": SLO_SPEC})
+    writer = NodeSLOWriter(api)
+    # Made before owners were set (or by someone else): one write adds the Node, keeping other owners.
+    assert writer.apply("n1", SLO_SPEC) is ApplyResult.UPDATED
+    stored = fake_apiserver.get("nodeslos", "n1")
+    assert stored is not None and stored["metadata"]["ownerReferences"] == [other_owner, owner_of(node)]
+    assert stored["spec"] == SLO_SPEC
+    assert writer.apply("n1", SLO_SPEC) is ApplyResult.UNCHANGED
+    assert writes(fake_apiserver, "nodeslos") == 1
+    # The owner is looked up once per object created or adopted, not per write.
+    assert fake_apiserver.count("get", "nodes") == 1
 
 
 NODE_METRIC_STATUS = {
@@ -434,10 +456,12 @@ COLLECT_POLICY = {"aggregateDurationSeconds": 300, "reportIntervalSeconds": 60,
 def test_nodemetric_writer_creates_then_writes_status_through_subresource(
     fake_apiserver: FakeApiServer, api: client.ApiClient
 ) -> None:
+    node = fake_apiserver.seed(make_node("n1"))
     writer = NodeMetricWriter(api)
     assert writer.apply("n1", NODE_METRIC_STATUS, COLLECT_POLICY) is ApplyResult.CREATED
     stored = fake_apiserver.get("nodemetrics", "n1")
     assert stored is not None
+    assert stored["metadata"]["ownerReferences"] == [owner_of(node)]
     assert stored["status"] == NODE_METRIC_STATUS and stored["spec"] == {"metricCollectPolicy": COLLECT_POLICY}
     assert fake_apiserver.count("update", "nodemetrics", subresource="status") == 1
 
@@ -460,6 +484,7 @@ def test_nodemetric_writer_creates_then_writes_status_through_subresource(
 def test_kubectl_get_nodemetric_equivalent(fake_apiserver: FakeApiServer, api: client.ApiClient) -> None:
     writer = NodeMetricWriter(api)
     for node in ("n2", "n1"):
+        fake_apiserver.seed(make_node(node))
         writer.apply(node, NODE_METRIC_STATUS, COLLECT_POLICY)
     listed = writer.list()
     assert listed["kind"] == "NodeMetricList" and listed["apiVersion"] == "slo.koordinator.sh/v1alpha1"
@@ -470,6 +495,192 @@ def test_kubectl_get_nodemetric_equivalent(fake_apiserver: FakeApiServer, api: c
     assert [m["metadata"]["name"] for m in one["items"]] == ["n2"]
     request = fake_apiserver.requests[-1]
     assert request.path == "/apis/slo.koordinator.sh/v1alpha1/nodemetrics" and request.verb == "list"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def refuse(fake_apiserver: FakeApiServer, resource: str, name: str, status: int, count: int = 100) -> None:
+    """Every write (create/update/patch) of ``resource/name`` is refused with ``status`` (the next ``count``)."""
+    def matches(request: RecordedRequest) -> bool:
+        # A create names the object in its body, not in its path.
+        named = request.name or ((request.body or {}).get("metadata") or {}).get("name")
+        return request.resource == resource and named == name and request.verb in ("create", "update", "patch")
+
+    fake_apiserver.fail_next(count, Fault.STATUS, status=status, when=matches)
+
+
+def test_nodemetric_writer_adopts_and_keeps_the_owner(fake_apiserver: FakeApiServer, api: client.ApiClient) -> None:
+    node = fake_apiserver.seed(make_node("n1"))
+    fake_apiserver.seed({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+                         "metadata": {"name": "n1"}, "spec": {"metricCollectPolicy": COLLECT_POLICY},
+                         "status": NODE_METRIC_STATUS})
+    writer = NodeMetricWriter(api)
+    assert writer.apply("n1", NODE_METRIC_STATUS, COLLECT_POLICY) is ApplyResult.UPDATED
+    stored = fake_apiserver.get("nodemetrics", "n1")
+    assert stored is not None and stored["metadata"]["ownerReferences"] == [owner_of(node)]
+    assert stored["status"] == NODE_METRIC_STATUS
+    assert fake_apiserver.count("update", "nodemetrics", subresource="status") == 0
+    newer = NODE_METRIC_STATUS | {"updateTime": "2026-01-02T03:05:05Z"}
+    assert writer.apply("n1", newer, COLLECT_POLICY) is ApplyResult.UPDATED
+    stored = fake_apiserver.get("nodemetrics", "n1")
+    assert stored is not None and stored["metadata"]["ownerReferences"] == [owner_of(node)]
+    assert fake_apiserver.count("update", "nodemetrics", subresource="") == 1  # the adoption only
+
+
+def test_no_object_is_created_for_a_node_that_does_not_exist(
+    fake_apiserver: FakeApiServer, api: client.ApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Nothing would garbage-collect it: a NodeMetric for a name no Node has is refused, and backs off.
+    writer = NodeMetricWriter(api)
+    assert writer.apply("ghost", NODE_METRIC_STATUS) is ApplyResult.DEFERRED
+    assert fake_apiserver.get("nodemetrics", "ghost") is None
+    assert fake_apiserver.count("create", "nodemetrics") == 0
+    assert writer.backoff.retry_in("ghost") > 0
+    assert "node ghost does not exist" in caplog.text
+    slo = NodeSLOWriter(api)
+    assert slo.apply("ghost", SLO_SPEC) is ApplyResult.DEFERRED
+    assert fake_apiserver.count("create", "nodeslos") == 0
+
+
+def test_node_lookup_replaces_the_get(fake_apiserver: FakeApiServer, api: client.ApiClient) -> None:
+    node = fake_apiserver.seed(make_node("n1"))
+    looked_up: list[str] = []
+
+    def lookup(name: str) -> dict[str, Any] | None:
+        looked_up.append(name)
+        return node if name == "n1" else None
+
+    writer = NodeSLOWriter(api, node_lookup=lookup)
+    assert writer.apply("n1", SLO_SPEC) is ApplyResult.CREATED
+    assert writer.apply("n2", SLO_SPEC) is ApplyResult.DEFERRED
+    assert looked_up == ["n1", "n2"] and fake_apiserver.count("get", "nodes") == 0
+    stored = fake_apiserver.get("nodeslos", "n1")
+    assert stored is not None and stored["metadata"]["ownerReferences"] == [owner_of(node)]
+
+
+@pytest.mark.parametrize("status", [400, 403, 404, 413, 422])
+def test_a_permanent_refusal_backs_off_that_object_only(
+    fake_apiserver: FakeApiServer, api: client.ApiClient, caplog: pytest.LogCaptureFixture, status: int
+) -> None:
+    for name in ("bad", "good"):
+        fake_apiserver.seed(make_node(name))
+    clock = FakeClock()
+    writer = NodeMetricWriter(api)
+    writer.backoff = WriteBackoff("NodeMetric", initial_seconds=2.0, max_seconds=8.0, clock=clock)
+    refuse(fake_apiserver, "nodemetrics", "bad", status)
+    caplog.set_level(logging.DEBUG, logger="koordlet.companion.kube")
+
+    assert writer.apply("bad", NODE_METRIC_STATUS) is ApplyResult.DEFERRED  # no exception for the writer loop
+    assert writer.apply("good", NODE_METRIC_STATUS) is ApplyResult.CREATED
+    tried = len(fake_apiserver.requests)
+    # While it backs off the object costs no request; the other node's writes go on.
+    for _ in range(5):
+        assert writer.apply("bad", NODE_METRIC_STATUS) is ApplyResult.DEFERRED
+    assert len(fake_apiserver.requests) == tried
+    newer = NODE_METRIC_STATUS | {"updateTime": "2026-01-02T03:05:05Z"}
+    assert writer.apply("good", newer) is ApplyResult.UPDATED
+
+    # Exponential, capped: 2, 4, 8, 8 s.
+    pauses = [writer.backoff.retry_in("bad")]
+    for _ in range(3):
+        clock.now += pauses[-1]
+        assert writer.apply("bad", NODE_METRIC_STATUS) is ApplyResult.DEFERRED
+        pauses.append(writer.backoff.retry_in("bad"))
+    assert pauses == [2.0, 4.0, 8.0, 8.0]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "bad" in r.getMessage()]
+    assert len(warnings) == 1, "logged once per streak"
+    assert str(status) in warnings[0].getMessage()
+
+    # Once the cluster accepts it again, the next try after the pause writes it and the streak ends.
+    fake_apiserver.clear_faults()
+    clock.now += 8.0
+    assert writer.apply("bad", NODE_METRIC_STATUS) is ApplyResult.CREATED
+    assert writer.backoff.backing_off() == {}
+    assert "accepted again after 4 refusal(s)" in caplog.text
+
+
+@pytest.mark.parametrize("status", [401, 408, 429, 500, 503])
+def test_temporary_errors_are_raised_not_backed_off(
+    fake_apiserver: FakeApiServer, api: client.ApiClient, status: int
+) -> None:
+    fake_apiserver.seed(make_node("n1"))
+    writer = NodeSLOWriter(api)
+    refuse(fake_apiserver, "nodeslos", "n1", status, count=1)
+    with pytest.raises(KubeApiError) as excinfo:
+        writer.apply("n1", SLO_SPEC)
+    assert excinfo.value.status == status and not excinfo.value.permanent
+    assert writer.backoff.backing_off() == {}
+    assert writer.apply("n1", SLO_SPEC) is ApplyResult.CREATED  # the caller's retry goes through at once
+
+
+def test_conflicts_that_never_settle_stay_retryable(fake_apiserver: FakeApiServer, api: client.ApiClient) -> None:
+    fake_apiserver.seed(make_node("n1"))
+    writer = NodeSLOWriter(api)
+    writer.apply("n1", SLO_SPEC)
+    refuse(fake_apiserver, "nodeslos", "n1", 409, count=3)
+    with pytest.raises(KubeApiError) as excinfo:
+        writer.apply("n1", {"x": 1})
+    assert excinfo.value.status == 409 and not excinfo.value.permanent
+    assert writer.backoff.backing_off() == {}
+
+
+def test_write_backoff_calls_back_when_the_pause_ends() -> None:
+    due: list[str] = []
+    fired = threading.Event()
+
+    def on_retry(key: str) -> None:
+        due.append(key)
+        fired.set()
+
+    backoff = WriteBackoff("NodeSLO", initial_seconds=0.05, max_seconds=0.05, on_retry=on_retry)
+    err = KubeApiError(422, "Invalid", "spec.x: bad")
+    backoff.failed("a", err)
+    backoff.failed("b", err)
+    backoff.succeeded("b")  # cancels b's timer
+    assert fired.wait(5.0)
+    assert wait_until(lambda: backoff.retry_in("a") == 0)
+    assert due == ["a"]
+    backoff.failed("c", err)
+    backoff.close()  # no callback after close: the cancelled timer's thread ends without calling back
+    assert wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("write-backoff-")])
+    assert due == ["a"]
+
+
+def test_write_backoff_is_bounded_and_forgets() -> None:
+    clock = FakeClock()
+    backoff = WriteBackoff("NodeMetric", max_objects=3, clock=clock)
+    err = KubeApiError(403, "Forbidden", "no")
+    for name in ("a", "b", "c", "d"):
+        backoff.failed(name, err)
+    assert sorted(backoff.backing_off()) == ["b", "c", "d"]  # the oldest streak went
+    backoff.forget("c")
+    assert sorted(backoff.backing_off()) == ["b", "d"]
+    with pytest.raises(ConfigError):
+        WriteBackoff("x", initial_seconds=10, max_seconds=1)
+
+
+def test_batch_resource_writer_backs_off_a_node_it_cannot_patch(
+    fake_apiserver: FakeApiServer, api: client.ApiClient
+) -> None:
+    fake_apiserver.seed(make_node("n1"))
+    writer = NodeBatchResourceWriter(api)
+    with pytest.raises(ValueError, match="batch-cpu"):
+        writer.apply("n1", -1, None)
+    assert writer.apply("gone", 1000, 1024) is ApplyResult.DEFERRED  # 404: the node went
+    assert writer.apply("gone", 1000, 1024) is ApplyResult.DEFERRED
+    assert fake_apiserver.count("patch", "nodes", name="gone") == 1
+    assert writer.apply("n1", 1000, 1024) is ApplyResult.UPDATED
+    stored = fake_apiserver.get("nodes", "n1")
+    assert stored is not None and stored["status"]["allocatable"][BATCH_CPU] == "1000"
+    fake_apiserver.fail_next(1, Fault.HTTP_500)
+    with pytest.raises(KubeApiError):
+        writer.apply("n1", 1000, 1024)
 
 
 # ------------------------------------------------------------------------------------- leader election

@@ -397,37 +397,96 @@ def test_metrics_observe_each_write(fake_cgroup_host: FakeHost) -> None:
     assert count("memory_limit", "failed") == 1
 
 
-def test_apply_is_serialised(fake_cgroup_host: FakeHost) -> None:
-    fake_cgroup_host.mkdir_cgroup(BE)
-    entered, release = threading.Event(), threading.Event()
-    inside: list[int] = []
-    overlaps: list[int] = []
+class GatedWriter(RecordingWriter):
+    """Blocks every write of ``gated`` text until ``release`` is set (a cgroup v1 memory.limit_in_bytes write
+    the kernel holds while it reclaims); ``entered`` is set once such a write is under way."""
 
-    class BlockingWriter(RecordingWriter):
-        def write(self, path: str, text: str) -> None:
-            inside.append(1)
-            if len(inside) > 1:
-                overlaps.append(1)
-            if text == "30000":
-                entered.set()
-                assert release.wait(10)
+    def __init__(self, gated: str) -> None:
+        super().__init__()
+        self.gated = gated
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.inside: dict[str, int] = {}
+        self.overlaps: list[str] = []
+
+    def write(self, path: str, text: str) -> None:
+        self.inside[path] = self.inside.get(path, 0) + 1
+        if self.inside[path] > 1:
+            self.overlaps.append(path)
+        try:
+            if text == self.gated:
+                self.entered.set()
+                assert self.release.wait(10)
             super().write(path, text)
-            inside.pop()
+        finally:
+            self.inside[path] -= 1
 
-    writer = BlockingWriter()
+
+def in_thread(executor: ResourceExecutor, *updates: CgroupUpdate) -> threading.Thread:
+    thread = threading.Thread(target=executor.apply, args=(list(updates),), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_slow_write_holds_no_other_file(fake_cgroup_host: FakeHost) -> None:
+    """A write stuck in the kernel keeps neither another file's writer nor readers of the executor's state
+    waiting: the state lock is not held across a write."""
+    fake_cgroup_host.mkdir_cgroup(BE)
+    writer = GatedWriter("4096")
     executor = ResourceExecutor(fake_cgroup_host.layout(), FakeClock(), None, writer=writer)
-    first = threading.Thread(target=executor.apply, args=([upd("cpu_cfs_quota", 30_000)],))
-    second = threading.Thread(target=executor.apply, args=([upd("memory_limit", 4096)],))
-    first.start()
-    assert entered.wait(10)
-    second.start()
-    second.join(timeout=0.2)  # it must still be waiting for the lock, not writing
+    slow = in_thread(executor, upd("memory_limit", 4096))
     try:
-        assert second.is_alive()
-        assert inside == [1]
+        assert writer.entered.wait(10)
+        fast = in_thread(executor, upd("cpu_shares", 512))
+        fast.join(10)
+        assert not fast.is_alive()  # done while the memory write is still blocked
+        assert executor.last_written(str(fake_cgroup_host.cgroup_path(BE, r.CPU_SHARES))) is not None
+        assert slow.is_alive()
     finally:
-        release.set()
+        writer.release.set()
+        slow.join(10)
+    assert content(fake_cgroup_host, r.MEMORY_LIMIT) == "4096"
+
+
+def test_writes_to_one_file_keep_their_order_and_cache(fake_cgroup_host: FakeHost) -> None:
+    fake_cgroup_host.mkdir_cgroup(BE)
+    writer = GatedWriter("4096")
+    executor = ResourceExecutor(fake_cgroup_host.layout(), FakeClock(), None, writer=writer)
+    first = in_thread(executor, upd("memory_limit", 4096))
+    try:
+        assert writer.entered.wait(10)
+        second = in_thread(executor, upd("memory_limit", 8192))
+        second.join(timeout=0.2)
+        assert second.is_alive()  # waits for the same file's write, does not overtake it
+    finally:
+        writer.release.set()
         first.join(10)
         second.join(10)
-    assert not overlaps
-    assert [text for _, text in writer.writes] == ["30000", "4096"]
+    assert not writer.overlaps
+    assert not executor._path_locks  # a file's lock lives only while someone writes it
+    assert [text for _, text in writer.writes] == ["4096", "8192"]
+    assert content(fake_cgroup_host, r.MEMORY_LIMIT) == "8192"
+    # The cache followed the file: the value now in it is skipped, the older one written again.
+    assert executor.apply([upd("memory_limit", 8192)])[0].outcome is Outcome.SKIPPED_UNCHANGED
+    assert executor.apply([upd("memory_limit", 4096)])[0].outcome is Outcome.WRITTEN
+
+
+def test_leveled_batches_are_serialised(fake_cgroup_host: FakeHost) -> None:
+    """Two batches of leveled writes never interleave (one widens a parent the other may shrink)."""
+    fake_cgroup_host.mkdir_cgroup(BE)
+    fake_cgroup_host.mkdir_cgroup("kubepods/burstable")
+    writer = GatedWriter("0-1")
+    executor = ResourceExecutor(fake_cgroup_host.layout(), FakeClock(), None, writer=writer)
+    first = in_thread(executor, upd("cpuset_cpus", "0-1"))
+    try:
+        assert writer.entered.wait(10)
+        second = in_thread(executor, upd("cpuset_cpus", "2-3", rel_dir="kubepods/burstable"))
+        other = in_thread(executor, upd("cpu_shares", 512))
+        other.join(10)
+        assert not other.is_alive()  # not leveled: does not wait for the tree
+        second.join(timeout=0.2)
+        assert second.is_alive()
+    finally:
+        writer.release.set()
+        first.join(10)
+        second.join(10)
+    assert [text for _, text in writer.writes if text in ("0-1", "2-3")] == ["0-1", "2-3"]

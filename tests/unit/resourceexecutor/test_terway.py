@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from koordlet.errors import ConfigError, KoordletError
+from koordlet.resourceexecutor import terway
 from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoSPlan
 from koordlet.resourceexecutor.terway import NODE_FILE, POD_FILE, TerwayNetQoS, node_config
 from koordlet.statesinformer.framework import PodMeta
@@ -158,3 +159,49 @@ def test_koordinator_release_example_file(tmp_path: Path) -> None:
         "offline_l1_rx_bps_min 6250000\noffline_l1_rx_bps_max 12500000\n"
         "offline_l2_tx_bps_min 1250000\noffline_l2_tx_bps_max 25000000\n"
         "offline_l2_rx_bps_min 1250000\noffline_l2_rx_bps_max 25000000\n")
+
+
+def planted_suffixes(monkeypatch: pytest.MonkeyPatch, *suffixes: str) -> None:
+    """The temporary names the backend will try, in order (the real ones are random)."""
+    names = iter(suffixes)
+    monkeypatch.setattr(terway, "_random_suffix", lambda: next(names))
+
+
+def test_temporary_names_are_unpredictable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    created: list[str] = []
+    real_open = os.open
+
+    def spy(path: str, flags: int, mode: int = 0o777) -> int:
+        if ".tmp" in str(path):
+            created.append(str(path))
+            assert flags & os.O_EXCL and flags & os.O_NOFOLLOW and flags & os.O_CREAT
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(terway.os, "open", spy)
+    backend = TerwayNetQoS(str(tmp_path))
+    backend.apply(BE_ONLY)
+    backend.apply(KOORDINATOR_CASE)
+    assert len(created) == 2 and created[0] != created[1]
+    assert str(os.getpid()) not in created[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [NODE_FILE]  # no temporary file left
+
+
+def test_a_planted_symlink_is_never_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    qos, victim = tmp_path / "qos", tmp_path / "victim"
+    qos.mkdir()
+    victim.write_text("precious\n")
+    planted = qos / f".{NODE_FILE}.koordlet-guessed.tmp"
+    planted.symlink_to(victim)
+    planted_suffixes(monkeypatch, "guessed", "fresh")
+    TerwayNetQoS(str(qos)).apply(BE_ONLY)
+    assert victim.read_text() == "precious\n"
+    assert planted.is_symlink()  # skipped, not removed or written through
+    assert (qos / NODE_FILE).read_text().startswith("hw_tx_bps_max 125000000\n")
+
+
+def test_no_free_temporary_name_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / f".{NODE_FILE}.koordlet-taken.tmp").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setattr(terway, "_random_suffix", lambda: "taken")
+    with pytest.raises(KoordletError, match=f"write .*{NODE_FILE}: File exists"):
+        TerwayNetQoS(str(tmp_path)).apply(BE_ONLY)
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / NODE_FILE).exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -124,9 +125,10 @@ class Env:
     store: Store
     socket: str
 
-    def interceptor(self, policy: str | None = "Ignore", endpoint: str | None = None) -> Interceptor:
+    def interceptor(self, policy: str | None = "Ignore", endpoint: str | None = None, **options: Any) -> Interceptor:
         server = None if policy is None else Server("koordlet.json", endpoint or self.socket, policy)
-        return Interceptor(self.backend.forward, Servers(server), self.store, HookClient(timeout_seconds=2.0))
+        return Interceptor(self.backend.forward, Servers(server), self.store, HookClient(timeout_seconds=2.0),
+                           **options)
 
     def call(self, interceptor: Interceptor, name: str, request: Any) -> bytes:
         return interceptor.handlers()[RUNTIME + name](request.SerializeToString(), Context())  # type: ignore[arg-type]
@@ -134,6 +136,13 @@ class Env:
 
 @pytest.fixture
 def env() -> Iterator[Env]:
+    with scripted_hook_server() as made:
+        yield made
+
+
+@contextlib.contextmanager
+def scripted_hook_server() -> Iterator[Env]:
+    """A scripted RuntimeHookService on a unix socket, with a recording backend and a memory checkpoint."""
     script = Script()
     with tempfile.TemporaryDirectory(prefix="kprx-") as tmp:
         socket = str(Path(tmp) / "hook.sock")
@@ -150,24 +159,25 @@ def env() -> Iterator[Env]:
 # --- requests -------------------------------------------------------------------------------------------
 
 
-def sandbox_config(labels: dict[str, str] | None = None) -> Any:
+def sandbox_config(labels: dict[str, str] | None = None, namespace: str = "default", uid: str = "uid-1",
+                   annotations: dict[str, str] | None = None) -> Any:
     return cri.PodSandboxConfig(
-        metadata=cri.PodSandboxMetadata(name="web", uid="uid-1", namespace="default"),
+        metadata=cri.PodSandboxMetadata(name="web", uid=uid, namespace=namespace),
         labels=labels if labels is not None else {"koordinator.sh/qosClass": "BE"},
-        annotations={"a": "1"},
+        annotations=annotations if annotations is not None else {"a": "1"},
         linux=cri.LinuxPodSandboxConfig(cgroup_parent="/kubepods/besteffort/poduid-1"))
 
 
-def run_pod(env: Env, interceptor: Interceptor, labels: dict[str, str] | None = None) -> str:
-    answer = env.call(interceptor, "RunPodSandbox", cri.RunPodSandboxRequest(config=sandbox_config(labels)))
+def run_pod(env: Env, interceptor: Interceptor, labels: dict[str, str] | None = None, **pod: Any) -> str:
+    answer = env.call(interceptor, "RunPodSandbox", cri.RunPodSandboxRequest(config=sandbox_config(labels, **pod)))
     reply = cri.RunPodSandboxResponse()
     reply.ParseFromString(answer)
     return str(reply.pod_sandbox_id)
 
 
-def create_request(pod_id: str, labels: dict[str, str] | None = None) -> Any:
+def create_request(pod_id: str, labels: dict[str, str] | None = None, **pod: Any) -> Any:
     return cri.CreateContainerRequest(
-        pod_sandbox_id=pod_id, sandbox_config=sandbox_config(labels),
+        pod_sandbox_id=pod_id, sandbox_config=sandbox_config(labels, **pod),
         config=cri.ContainerConfig(
             metadata=cri.ContainerMetadata(name="main"), image=cri.ImageSpec(image="busybox"),
             envs=[cri.KeyValue(key="PATH", value="/bin"), cri.KeyValue(key="HOME", value="/root")],
@@ -175,9 +185,9 @@ def create_request(pod_id: str, labels: dict[str, str] | None = None) -> Any:
             linux=cri.LinuxContainerConfig(resources=cri.LinuxContainerResources(cpu_shares=2, cpu_period=100000))))
 
 
-def create(env: Env, interceptor: Interceptor, pod_id: str, labels: dict[str, str] | None = None) -> str:
+def create(env: Env, interceptor: Interceptor, pod_id: str, labels: dict[str, str] | None = None, **pod: Any) -> str:
     reply = cri.CreateContainerResponse()
-    reply.ParseFromString(env.call(interceptor, "CreateContainer", create_request(pod_id, labels)))
+    reply.ParseFromString(env.call(interceptor, "CreateContainer", create_request(pod_id, labels, **pod)))
     return str(reply.container_id)
 
 
@@ -244,11 +254,12 @@ def test_hooked_requests_keep_unknown_fields(env: Env) -> None:
 
 
 def test_the_skip_label_bypasses_the_hooks(env: Env) -> None:
+    # A kube-system pod: elsewhere the label is refused (tests/unit/runtimeproxy/test_skip_namespaces.py).
     env.script.answers["PreCreateContainerHook"] = batch_answer
     interceptor = env.interceptor()
     skip = {"runtimeproxy.koordinator.sh/skip-hookserver": "true"}
-    pod_id = run_pod(env, interceptor, labels=skip)
-    request = create_request(pod_id, labels=skip)
+    pod_id = run_pod(env, interceptor, labels=skip, namespace="kube-system")
+    request = create_request(pod_id, labels=skip, namespace="kube-system")
     env.call(interceptor, "CreateContainer", request)
     assert env.script.calls == []
     assert env.backend.received[-1][1] == request.SerializeToString()

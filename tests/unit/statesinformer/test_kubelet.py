@@ -237,7 +237,6 @@ def test_ca_file_is_reloaded_when_it_changes(fake_kubelet: FakeKubelet, tmp_path
         (Fault.HTTP_500, "http_500", "HTTP 500 Internal Server Error: internal error: xxx"),
         (Fault.TRUNCATED, "truncated", "response truncated after"),
         (Fault.WRONG_CONTENT, "bad_podlist", "expected a PodList object"),
-        (Fault.BAD_POD, "bad_podlist", "metadata.uid and metadata.name are required"),
         (Fault.HANG_UP, "disconnected", "closed the connection without answering"),
     ],
 )
@@ -256,6 +255,52 @@ def test_failure_classes(fake_kubelet: FakeKubelet, fault: Fault, outcome: str, 
     # The fault was one-shot: the next request succeeds.
     assert [p.name for p in client.get_pods()] == ["web"]
     assert observed.outcomes == [outcome, "ok"]
+
+
+def test_a_pod_that_does_not_parse_is_skipped_not_the_list(
+    fake_kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    bad = make_pod("bad", "team-a", uid="uid-bad")
+    bad["spec"]["containers"] = [{"image": "no-name"}]
+    fake_kubelet.set_pods([make_pod("web"), bad, make_pod("api")])
+    observed = Observations()
+    client = KubeletClient(fake_kubelet.options(), observe=observed)
+    for _ in range(3):
+        assert [p.name for p in client.get_pods()] == ["web", "api"]
+    assert client.skipped_pods == 1 and observed.outcomes == ["ok"] * 3
+    skipped = [r for r in caplog.records if r.getMessage() == "kubelet pod skipped: it does not parse"]
+    assert len(skipped) == 1  # once per streak, not per poll
+    assert skipped[0].pod == "team-a/bad/uid-bad"  # type: ignore[attr-defined]
+    assert "spec.containers[0] has no name" in skipped[0].error  # type: ignore[attr-defined]
+    # Fixed by its owner: parsed again, the streak's end logged once.
+    fake_kubelet.set_pods([make_pod("web"), make_pod("bad", "team-a", uid="uid-bad"), make_pod("api")])
+    assert [p.name for p in client.get_pods()] == ["web", "bad", "api"]
+    assert client.skipped_pods == 0
+    assert [r.pod for r in caplog.records  # type: ignore[attr-defined]
+            if r.getMessage() == "kubelet pod no longer skipped"] == ["team-a/bad/uid-bad"]
+
+
+@pytest.mark.parametrize(
+    ("item", "identity"),
+    [
+        ({"metadata": {"name": "no-uid"}}, "default/no-uid/?"),
+        ({"metadata": {"namespace": "n", "name": "p", "uid": "u"}, "spec": []}, "n/p/u"),
+        ({"metadata": {"namespace": "n", "name": "p", "uid": "u"}, "spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"memory": "1e999999"}}}]}}, "n/p/u"),
+        ({"metadata": "garbage"}, "items[1]"),
+        ({}, "items[1]"),
+        ({"metadata": {"name": 7, "uid": ["x"]}}, "default/?/?"),
+    ],
+)
+def test_garbage_pods_are_skipped(
+    fake_kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture, item: object, identity: str
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    fake_kubelet.set_pods([make_pod("web"), item])  # type: ignore[list-item]
+    client = KubeletClient(fake_kubelet.options())
+    assert [p.name for p in client.get_pods()] == ["web"]
+    assert [r.pod for r in caplog.records if hasattr(r, "pod")] == [identity]  # type: ignore[attr-defined]
 
 
 def test_http_error_body_quote_is_capped(fake_kubelet: FakeKubelet) -> None:

@@ -16,13 +16,13 @@ meant something else than the class's values, and guessing could protect or thro
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from koordlet.apis.extension import QoSClass
+from koordlet.apis.gojson import loads
 from koordlet.apis.nodeslo import MemoryQOSCfg, ResourceQOSStrategy, default_resource_qos
 from koordlet.errors import ConfigError
 
@@ -76,7 +76,7 @@ def parse(pod_key: str, text: str, qos: QoSClass, node: MemoryQOSCfg | None) -> 
     fallback = node or MemoryQOSCfg(enable=False)
     where = f"pod {pod_key}: annotation {ANNOTATION_MEMORY_QOS}"
     try:
-        raw = json.loads(text)
+        raw = loads(text)
     except ValueError as exc:
         return PodMemoryConfig(False, fallback, error=f"{where} is not JSON ({exc}): {text!r}")
     if not isinstance(raw, Mapping):

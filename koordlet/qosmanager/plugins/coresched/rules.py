@@ -5,7 +5,8 @@ Per class (LSR, LS, BE; LSE follows LSR) the NodeSLO gives ``cpuQOS.enable`` (co
 ``cpuQOS.coreExpeller`` (the class's group ids get the ``-expeller`` suffix, so its pods never share a core
 with pods of a class without it) and ``cpuQOS.schedIdle`` (``cpu.idle=1``).  A pod then picks its group:
 
-* label ``koordinator.sh/core-sched-group-id`` (missing = the group ``""``, which all unlabelled pods share);
+* label ``koordinator.sh/core-sched-group-id`` (missing = the group ``""``, which all unlabelled pods share),
+  scoped to the pod's namespace (:func:`scoped_group`; upstream's ids are global);
 * label ``koordinator.sh/core-sched-policy``: ``exclusive`` makes the pod UID the group id, ``none`` turns
   cookies off for the pod (it is reset to the default cookie 0); any other value is the default policy.
 
@@ -106,6 +107,15 @@ def pod_policy(labels: Mapping[str, str]) -> str:
     return value if value in (POLICY_NONE, POLICY_EXCLUSIVE) else POLICY_DEFAULT
 
 
+def scoped_group(namespace: str, group_id: str) -> str:
+    """The group a ``core-sched-group-id`` label names, within the pod's namespace (``<ns>/<id>``): the label
+    is the tenant's own, and a global id would let a pod join another namespace's group (pod UIDs, the ids of
+    ``exclusive`` pods, are on the metrics endpoint).  Namespaces hold no ``/`` and UIDs none either, so
+    ``ns/id`` never equals another namespace's group or an exclusive pod's UID.  The empty id stays the one
+    group all unlabelled pods of a class share."""
+    return f"{namespace}/{group_id}" if group_id else ""
+
+
 def pod_group(rule: Rule, pod: PodMeta) -> PodGroup:
     """Koordinator ``getPodEnabledAndGroup``: the group id carries the expeller suffix even when the pod is
     disabled, so the id names the cookie the pod would share."""
@@ -114,7 +124,7 @@ def pod_group(rule: Rule, pod: PodMeta) -> PodGroup:
         return PodGroup(False, "", f"QoS {qos.value or 'none'} keeps the default cookie")
     labels = pod.pod.labels
     param = rule.param(qos)
-    group = labels.get(LABEL_CORE_SCHED_GROUP, "")
+    group = scoped_group(pod.pod.namespace, labels.get(LABEL_CORE_SCHED_GROUP, ""))
     policy = pod_policy(labels)
     enabled, why = param.enabled, f"{_FIELDS[_CLASS_OF[qos]]}.cpuQOS.enable={param.enabled}"
     if policy == POLICY_EXCLUSIVE:

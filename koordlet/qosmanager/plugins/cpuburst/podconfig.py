@@ -9,11 +9,11 @@ but says why."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from koordlet.apis.gojson import loads
 from koordlet.apis.nodeslo import CPUBurstStrategy, merge_json
 from koordlet.errors import ConfigError
 
@@ -72,7 +72,7 @@ class PodConfigs:
 def parse(pod_key: str, text: str, node: CPUBurstStrategy) -> PodConfig:
     """The node strategy with the annotation ``text`` of pod ``pod_key`` over it."""
     try:
-        raw = json.loads(text)
+        raw = loads(text)
     except ValueError as exc:
         return PodConfig(node, f"pod {pod_key}: {ANNOTATION_CPU_BURST} is not JSON ({exc}): {text!r}")
     try:

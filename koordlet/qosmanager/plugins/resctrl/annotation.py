@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from koordlet.apis.gojson import loads
 from koordlet.qosmanager.plugins.resctrl.host import HostInfo
 from koordlet.qosmanager.plugins.resctrl.schemata import (
     PlanError,
@@ -78,7 +79,7 @@ def _per_cache(where: str, value: Any, key: str) -> dict[int, Any]:
 def parse(text: str) -> PodResctrl:
     """Raises :class:`PlanError` with the field path inside the annotation."""
     try:
-        raw = json.loads(text)
+        raw = loads(text)
     except ValueError as exc:
         raise PlanError(f"not JSON: {exc}") from None
     top = _lower("(top level)", raw)

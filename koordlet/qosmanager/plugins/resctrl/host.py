@@ -123,3 +123,23 @@ def _read_int(path: str, base: int, *, required: bool = False) -> int | None:
         return int(text, base)
     except ValueError:
         raise HostError(f"{path}: cannot parse {text!r} (base {base})") from None
+
+
+def read_num_closids(root: str) -> int | None:
+    """The control groups the host can hold, the root included: the smallest ``info/<resource>/num_closids``
+    (each resource has its own count and a group needs a CLOSID in all of them; Documentation/arch/x86/
+    resctrl.rst).  None when no resource says (the kernel then refuses a group as it runs out)."""
+    info = os.path.join(root, "info")
+    try:
+        resources = sorted(os.listdir(info))
+    except OSError:
+        return None
+    counts = []
+    for resource in resources:
+        try:
+            value = _read_int(os.path.join(info, resource, "num_closids"), 10)
+        except HostError:
+            continue
+        if value is not None and value > 0:
+            counts.append(value)
+    return min(counts) if counts else None

@@ -39,10 +39,11 @@ from koordlet.apis.nodeslo import (
     ResourceQOSStrategy,
     default_resource_qos_strategy,
 )
+from koordlet.apis.tenantpolicy import pod_group_room
 from koordlet.errors import CgroupGone, KoordletError
 from koordlet.qosmanager.framework import Decision, Options
 from koordlet.qosmanager.plugins.resctrl import annotation
-from koordlet.qosmanager.plugins.resctrl.host import HostError, HostInfo, read_host
+from koordlet.qosmanager.plugins.resctrl.host import HostError, HostInfo, read_host, read_num_closids
 from koordlet.qosmanager.plugins.resctrl.schemata import (
     PlanError,
     Schemata,
@@ -127,6 +128,8 @@ class ResctrlQoS:
         self._last_error: str | None = None
         self._pod_errors: set[str] = set()
         """Annotation errors already logged (each is logged once while it lasts)."""
+        self._closid_refusals: set[str] = set()
+        """Per-pod groups refused for want of CLOSIDs, already logged (once while it lasts)."""
 
     # ------------------------------------------------------------------------------------------ protocol
 
@@ -234,6 +237,7 @@ class ResctrlQoS:
                 ready.add(plan.group)
         self._release_classes(rnd, executor, host, {p.group for p in plans})
         by_uid = {p.uid: p for p in pods}
+        pod_plans = self._within_closids(rnd, executor, existing | {p.group for p in plans}, pod_plans, by_uid)
         for uid, schemata in pod_plans.items():
             if schemata is None:
                 continue
@@ -246,6 +250,30 @@ class ResctrlQoS:
             if group[len(POD_GROUP_PREFIX):] not in pod_plans:
                 self._remove(rnd, executor, group, "its pod is gone or no longer annotated")
         self._assign(rnd, executor, pods, pod_plans, ready)
+
+    def _within_closids(self, rnd: _Round, executor: ResctrlExecutor, groups: set[str],
+                        pod_plans: Mapping[str, Schemata | None], by_uid: Mapping[str, PodMeta]
+                        ) -> dict[str, Schemata | None]:
+        """The pod plans whose group exists or still fits: a new per-pod group never takes the CLOSIDs the
+        class groups not made yet and the configured reserve need (pod annotations are tenant input; about
+        16 annotated pods would otherwise take every CLOSID).  A pod left out stays in its class group."""
+        num_closids = read_num_closids(executor.root)
+        kept: dict[str, Schemata | None] = {}
+        groups = set(groups)
+        for uid, schemata in pod_plans.items():
+            group = pod_group(uid)
+            if schemata is not None and group not in groups and num_closids is not None:
+                why = pod_group_room(num_closids, groups, self.options.closid_reserve)
+                if why is not None:
+                    problem = f"pod {by_uid[uid].pod.key}: no per-pod resctrl group: {why}"
+                    rnd.problems.append(problem)
+                    if problem not in self._closid_refusals:
+                        log.warning("per-pod resctrl group refused", extra={"error": problem})
+                    continue
+                groups.add(group)
+            kept[uid] = schemata
+        self._closid_refusals = {p for p in rnd.problems if "no per-pod resctrl group" in p}
+        return kept
 
     def _groups(self, rnd: _Round, executor: ResctrlExecutor) -> set[str] | None:
         try:

@@ -11,6 +11,12 @@ default) the container is left alone.  Garbage (not JSON, not an integer, out of
 :class:`KoordletError` naming the pod and the annotation; upstream only logs and skips, the runner here
 records the error instead.
 
+The annotations are tenant input: outside the namespaces ``tenant.oomScoreAdjNamespaces`` allows, a value
+below the one kubelet gives the container (-997 Guaranteed, 3..999 Burstable by memory request, 1000
+BestEffort) makes the runner's tenant gate drop both annotations before this hook runs
+(:mod:`koordlet.apis.tenantpolicy`); the reconciler runs this hook too, so running processes get the same
+bound.
+
 Upstream writes ``/proc/<pid>/oom_score_adj`` of the container's processes from its reconciler; this hook
 puts the value into the container's creation request instead (``LinuxContainerResources.oom_score_adj``
 / NRI ``oom_score_adj``), so the first process starts with it.  Pod sandboxes are not touched (the
@@ -60,6 +66,9 @@ def oom_score_adj(pod: Pod, container: str) -> int | None:
         where = f"pod {pod.key}: annotation {ANNOTATION_OOM_SCORE_ADJ}"
         if not _DECIMAL.fullmatch(default):
             raise KoordletError(f"{where}: not an integer: {default!r}")
+        if len(default.lstrip("+-").lstrip("0")) > 4:  # out of range, and int() refuses 4300+ digits
+            raise KoordletError(f"{where}: {default[:16]}{'...' if len(default) > 16 else ''} is outside "
+                                f"[{OOM_SCORE_ADJ_MIN}, {OOM_SCORE_ADJ_MAX}]")
         return _in_range(int(default), where)
     return None
 

@@ -15,6 +15,10 @@ memory bandwidth of a pod from its first process on.
 * PreRemovePodSandbox: the pod's group is removed (the kernel hands its tasks back to the root group) —
   upstream ``RemovePodResctrlResources``.
 
+Per-pod groups are for LSR and LSE pods only (the tenant policy drops the annotation of other pods before
+this hook sees them), and a new one is made only while CLOSIDs stay for the class groups and the reserve
+(``tenant.podResctrlClosidReserve``); otherwise the pod stays in its class group.
+
 No resctrl executor, or resctrl not mounted (this test host): nothing, no error.  A malformed annotation
 is a :class:`KoordletError` naming the pod and the annotation, before anything is written; so is a
 schemata write the kernel refused.
@@ -25,9 +29,10 @@ from __future__ import annotations
 from koordlet.apis.extension import QoSClass
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.pod import Pod
+from koordlet.apis.tenantpolicy import KEY_POD_RESCTRL, Refusal, pod_group_room
 from koordlet.errors import KoordletError
 from koordlet.qosmanager.plugins.resctrl import annotation
-from koordlet.qosmanager.plugins.resctrl.host import HostError, read_host
+from koordlet.qosmanager.plugins.resctrl.host import HostError, read_host, read_num_closids
 from koordlet.qosmanager.plugins.resctrl.schemata import PlanError
 from koordlet.qosmanager.plugins.resctrl.strategy import GATE, POD_GATE, class_cfg, pod_group, qos_strategy
 from koordlet.resourceexecutor import Outcome
@@ -78,6 +83,23 @@ def _ensure_pod_group(deps: HookDeps, executor: ResctrlExecutor, pod: Pod, text:
     return group
 
 
+def _room(deps: HookDeps, executor: ResctrlExecutor, pod: Pod) -> bool:
+    """Whether the pod's group exists or may be made: a new one never takes the CLOSIDs kept for the class
+    groups not made yet and the reserve (:func:`koordlet.apis.tenantpolicy.pod_group_room`).  A refusal is
+    recorded with the tenant policy (logged once, shown by ``koordctl pods``); the pod stays in its class
+    group."""
+    groups = _existing(executor)
+    num_closids = read_num_closids(executor.root)
+    if pod_group(pod.uid) in groups or num_closids is None:
+        return True
+    why = pod_group_room(num_closids, groups, deps.tenant.closid_reserve)
+    if why is None:
+        return True
+    deps.tenant.note(pod, (Refusal(KEY_POD_RESCTRL, f"annotation {annotation.ANNOTATION_RESCTRL}", why),),
+                     latest=False)
+    return False
+
+
 def _existing(executor: ResctrlExecutor) -> set[str]:
     try:
         return set(executor.groups())
@@ -93,6 +115,8 @@ def run(deps: HookDeps, ctx: HookContext) -> None:
     pod = request.pod
     pods_on = bool(deps.gates.get(POD_GATE, False))
     text = pod.annotations.get(annotation.ANNOTATION_RESCTRL) if pods_on else None
+    if text is not None and request.stage in (Stage.PRE_RUN_POD_SANDBOX, Stage.PRE_CREATE_CONTAINER):
+        text = text if _room(deps, executor, pod) else None
     if request.stage is Stage.PRE_RUN_POD_SANDBOX:
         if text is not None:
             _ensure_pod_group(deps, executor, pod, text)

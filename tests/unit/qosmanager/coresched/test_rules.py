@@ -39,13 +39,13 @@ def test_class_params(spec: NodeSLOSpec, qos: QoSClass, expected: ClassParam) ->
 
 @pytest.mark.parametrize(("qos", "labels", "enabled", "group"), [
     ("LS", {}, True, "-expeller"),
-    ("LS", {LABEL_CORE_SCHED_GROUP: "g1"}, True, "g1-expeller"),
-    ("BE", {LABEL_CORE_SCHED_GROUP: "g1"}, True, "g1"),
+    ("LS", {LABEL_CORE_SCHED_GROUP: "g1"}, True, "default/g1-expeller"),
+    ("BE", {LABEL_CORE_SCHED_GROUP: "g1"}, True, "default/g1"),
     ("BE", {LABEL_CORE_SCHED_GROUP: "g1", LABEL_CORE_SCHED_POLICY: "exclusive"}, True, "uid-p"),
     ("LS", {LABEL_CORE_SCHED_GROUP: "g1", LABEL_CORE_SCHED_POLICY: "exclusive"}, True, "uid-p-expeller"),
-    ("BE", {LABEL_CORE_SCHED_GROUP: "g1", LABEL_CORE_SCHED_POLICY: "none"}, False, "g1"),
-    ("BE", {LABEL_CORE_SCHED_GROUP: "g1", LABEL_CORE_SCHED_POLICY: "bogus"}, True, "g1"),  # unknown = default
-    ("LSR", {LABEL_CORE_SCHED_GROUP: "g1"}, False, "g1-expeller"),
+    ("BE", {LABEL_CORE_SCHED_GROUP: "g1", LABEL_CORE_SCHED_POLICY: "none"}, False, "default/g1"),
+    ("BE", {LABEL_CORE_SCHED_GROUP: "g1", LABEL_CORE_SCHED_POLICY: "bogus"}, True, "default/g1"),  # unknown = default
+    ("LSR", {LABEL_CORE_SCHED_GROUP: "g1"}, False, "default/g1-expeller"),
     ("SYSTEM", {LABEL_CORE_SCHED_GROUP: "g1"}, False, ""),
 ])
 def test_pod_group(qos: str, labels: dict[str, str], enabled: bool, group: str) -> None:

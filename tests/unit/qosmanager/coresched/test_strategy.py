@@ -140,8 +140,8 @@ def test_two_pods_of_one_group_share_one_cookie(env: Env) -> None:
     assert env.native.take_calls() == [PROBE, *add_cookie(100, 101), *assign(100, 200)]
     assert env.native.cookies == {100: C1, 101: C1, 200: C1}
     assert decision.action == "reconcile"
-    assert decision.numbers["groups"] == {"g1": {"cookie": C1, "tasks": 3}}
-    assert decision.numbers["new_cookies"] == ["g1"]
+    assert decision.numbers["groups"] == {"default/g1": {"cookie": C1, "tasks": 3}}
+    assert decision.numbers["new_cookies"] == ["default/g1"]
     assert decision.numbers["tasks_assigned"] == 3
     assert decision.numbers["supported"] is True
     assert env.strategy._book is not None
@@ -171,7 +171,7 @@ def test_exclusive_policy_groups_by_pod_uid(env: Env) -> None:
     decision = env.run()
     assert env.native.take_calls() == [PROBE, *add_cookie(100), *add_cookie(200, 201), *assign(100, 300)]
     assert env.native.cookies == {100: C1, 200: C2, 201: C2, 300: C1}
-    assert decision.numbers["groups"] == {"g1": {"cookie": C1, "tasks": 2}, "uid-b": {"cookie": C2, "tasks": 2}}
+    assert decision.numbers["groups"] == {"default/g1": {"cookie": C1, "tasks": 2}, "uid-b": {"cookie": C2, "tasks": 2}}
 
 
 def test_none_policy_is_left_at_cookie_zero(env: Env) -> None:
@@ -196,7 +196,7 @@ def test_pod_turning_to_none_policy_is_cleared(env: Env) -> None:
     assert env.native.take_calls() == [("share_to", 100, TG), ("share_to", 101, TG)]
     assert env.native.cookies == {100: 0, 101: 0, 200: C1}
     assert decision.numbers["tasks_cleared"] == 2
-    assert decision.numbers["groups"] == {"g1": {"cookie": C1, "tasks": 1}}
+    assert decision.numbers["groups"] == {"default/g1": {"cookie": C1, "tasks": 1}}
     assert env.run().action == "none"
     assert env.native.take_calls() == []
 
@@ -216,8 +216,8 @@ def test_expeller_classes_get_their_own_group(env: Env) -> None:
     decision = env.run(SEED)
     assert env.native.take_calls() == [PROBE, *add_cookie(100), *assign(100, 101), *add_cookie(200)]
     assert env.native.cookies == {100: C1, 101: C1, 200: C2}
-    assert decision.numbers["groups"] == {"team": {"cookie": C2, "tasks": 1},
-                                          "team-expeller": {"cookie": C1, "tasks": 2}}
+    assert decision.numbers["groups"] == {"default/team": {"cookie": C2, "tasks": 1},
+                                          "default/team-expeller": {"cookie": C1, "tasks": 2}}
     assert decision.numbers["rule"]["lsClass"] == {"enable": True, "coreExpeller": True, "schedIdle": False}
 
 
@@ -230,7 +230,7 @@ def test_a_new_pid_joins_its_group_and_an_exited_one_leaves(env: Env) -> None:
     # 100 left the cgroup: it is no sibling any more; 101 still holds the cookie and shares it with 102.
     assert env.native.take_calls() == assign(101, 102)
     assert env.native.cookies[102] == C1
-    assert decision.numbers["groups"] == {"g1": {"cookie": C1, "tasks": 2}}
+    assert decision.numbers["groups"] == {"default/g1": {"cookie": C1, "tasks": 2}}
     assert decision.numbers["tasks_assigned"] == 1
 
 
@@ -256,7 +256,7 @@ def test_group_without_a_valid_sibling_starts_over_with_a_new_cookie(env: Env) -
     decision = env.run()
     assert env.native.take_calls() == [("get", 100, T), *add_cookie(100, 101)]
     assert env.native.cookies == {100: C2, 101: C2}
-    assert decision.numbers["new_cookies"] == ["g1"]
+    assert decision.numbers["new_cookies"] == ["default/g1"]
 
 
 def test_a_leader_that_exited_hands_over_to_the_next_task(env: Env) -> None:
@@ -264,7 +264,7 @@ def test_a_leader_that_exited_hands_over_to_the_next_task(env: Env) -> None:
     env.pod("a", "LS", [[100, 101]], labels={LABEL_CORE_SCHED_GROUP: "g1"})
     decision = env.run()
     assert env.native.take_calls() == [PROBE, ("get", 100, T), *add_cookie(101)]
-    assert decision.numbers["groups"] == {"g1": {"cookie": C1, "tasks": 1}}
+    assert decision.numbers["groups"] == {"default/g1": {"cookie": C1, "tasks": 1}}
     assert decision.numbers["tasks_gone"] == 1
 
 
@@ -276,7 +276,7 @@ def test_gone_pods_are_forgotten_and_an_empty_group_gets_a_new_cookie(env: Env) 
     del env.informer.pod_list[0]
     decision = env.run()
     assert env.native.take_calls() == []
-    assert decision.numbers["groups"] == {"g1": {"cookie": C1, "tasks": 1}}
+    assert decision.numbers["groups"] == {"default/g1": {"cookie": C1, "tasks": 1}}
     env.informer.pod_list.clear()
     assert env.run().numbers["groups"] == {}
     env.pod("c", "LS", [[300]], labels={LABEL_CORE_SCHED_GROUP: "g1"})
@@ -295,7 +295,7 @@ def test_moving_to_another_group_takes_the_new_groups_cookie(env: Env) -> None:
     decision = env.run()
     assert env.native.take_calls() == assign(200, 100)
     assert env.native.cookies == {100: C2, 200: C2}
-    assert decision.numbers["groups"] == {"g2": {"cookie": C2, "tasks": 2}}
+    assert decision.numbers["groups"] == {"default/g2": {"cookie": C2, "tasks": 2}}
 
 
 def test_switch_off_clears_every_cookie_and_resets_cpu_idle(env: Env) -> None:

@@ -199,7 +199,7 @@ def test_failed_prctl_is_an_error(fake_cgroup_host: FakeHost) -> None:
     native = FakeNative(fail={("create", 100): errno.EPERM})
     r = rig(fake_cgroup_host, core_sched_slo(), native=native)
     result = r.started(make_pod("a", "LS", labels={GROUP: "g"}), (100,))
-    assert len(result.errors) == 1 and "pod default/a container main: core sched group 'g'" in result.errors[0]
+    assert len(result.errors) == 1 and "pod default/a container main: core sched group 'default/g'" in result.errors[0]
 
 
 def test_a_shared_book_agrees_with_the_strategy(fake_cgroup_host: FakeHost) -> None:
@@ -207,7 +207,7 @@ def test_a_shared_book_agrees_with_the_strategy(fake_cgroup_host: FakeHost) -> N
     r = rig(fake_cgroup_host, core_sched_slo())
     book = CookieBook(r.executor)
     r.started(make_pod("a", "LS", labels={GROUP: "g"}), (100,), runner=r.runner(book))
-    assert book.numbers() == {"g": {"cookie": FIRST_COOKIE, "tasks": 1}}
+    assert book.numbers() == {"default/g": {"cookie": FIRST_COOKIE, "tasks": 1}}
 
 
 @pytest.mark.parametrize("policy", ["coreSched", "groupIdentity"])

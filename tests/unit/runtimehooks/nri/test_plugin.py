@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,9 @@ from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import FailurePolicy, Hook, HookContext, HookRunner, Stage
 from koordlet.runtimehooks.hooks import batchresource
 from koordlet.runtimehooks.nri import frames, ttrpc
-from koordlet.runtimehooks.nri.plugin import NriPlugin, event_mask
+from koordlet.runtimehooks.nri.plugin import ANSWER_DEADLINE, NriPlugin, event_mask
 from tests.fixtures.fakenri import FakeNriRuntime
+from tests.fixtures.waiting import wait_until
 
 BE_SPEC = json.dumps({"containers": {"main": {"requests": {"kubernetes.io/batch-cpu": "500"},
                                                 "limits": {"kubernetes.io/batch-cpu": "1000",
@@ -78,12 +81,15 @@ Scenario = Callable[[FakeNriRuntime, NriPlugin], Awaitable[None]]
 
 
 def run(socket_path: str, scenario: Scenario, hooks: list[Hook] | None = None, *,
-        policy: FailurePolicy = FailurePolicy.IGNORE, writes: Writes | None = None, **fake: Any) -> None:
+        policy: FailurePolicy = FailurePolicy.IGNORE,
+        writes: Callable[[list[CgroupUpdate]], list[Result]] | None = None,
+        answer_deadline: float = ANSWER_DEADLINE, **fake: Any) -> None:
     async def main() -> None:
         runtime = FakeNriRuntime(socket_path, **fake)
         await runtime.start()
         runner = HookRunner(hooks if hooks is not None else [batchresource.new()], policy=policy)
-        plugin = NriPlugin(runner, Applier(writes or Writes()), socket_path, backoff_start=0.05, backoff_max=0.2)
+        plugin = NriPlugin(runner, Applier(writes or Writes()), socket_path, backoff_start=0.05, backoff_max=0.2,
+                           answer_deadline=answer_deadline)
         task = asyncio.create_task(plugin.run())
         try:
             await scenario(runtime, plugin)
@@ -269,7 +275,8 @@ def request_bytes(method: str, payload: bytes, service: str = "nri.pkg.api.v1alp
 @pytest.mark.parametrize(("body", "code", "text"), [
     (request_bytes("Frobnicate", b""), ttrpc.UNIMPLEMENTED, "Frobnicate not implemented"),
     (request_bytes("Configure", b"", service="nri.Other"), ttrpc.UNIMPLEMENTED, "nri.Other"),
-    (request_bytes("CreateContainer", b"\x0a\xff\xff"), ttrpc.INVALID_ARGUMENT, "bad CreateContainerRequest"),
+    (request_bytes("Configure", b"\x0a\xff\xff"), ttrpc.INVALID_ARGUMENT, "bad ConfigureRequest"),
+    (request_bytes("CreateContainer", b"\x0a\xff\xff"), ttrpc.OK, ""),  # Ignore: created unadjusted
     (b"\xff\xff\xff\xff", ttrpc.INVALID_ARGUMENT, "not a ttrpc request"),
 ])
 def test_bad_requests_get_ttrpc_statuses_and_the_plugin_stays(socket_path: str, body: bytes, code: int,
@@ -374,3 +381,150 @@ def test_fuzzed_input_leaves_a_working_plugin(socket_path: str, chunks: list[byt
         assert answer.adjust.linux.resources.cpu.shares.value == 512
         assert len(runtime.live) == 1
     run(socket_path, scenario)
+
+
+# --- off the loop, within containerd's deadline; the failure policy for every error ----------------------
+
+
+class BlockedWrites(Writes):
+    """The executor stuck in a write (cgroup v1 memory.limit_in_bytes reclaiming) until ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, updates: list[CgroupUpdate]) -> list[Result]:
+        self.entered.set()
+        assert self.release.wait(10)
+        return super().__call__(updates)
+
+
+def stage_hook(name: str, stage: Stage, fn: Callable[[HookContext], None]) -> Hook:
+    return Hook(name, name, frozenset({stage}), fn)
+
+
+def update_request(cid: str = "c9") -> Any:
+    return api_pb2.UpdateContainerRequest(pod=sandbox(), container=container(cid))
+
+
+def test_a_stuck_write_does_not_hold_the_answer_past_the_deadline(socket_path: str) -> None:
+    writes = BlockedWrites()
+    hooks = [batchresource.new(), stage_hook("idle", Stage.PRE_UPDATE_CONTAINER_RESOURCES,
+                                             lambda ctx: ctx.write("cpu_idle", 1))]
+
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        answer = await runtime.call(conn, "UpdateContainer", update_request(), api_pb2.UpdateContainerResponse)
+        assert loop.time() - began < 1.0  # the 0.3 s deadline, not the stuck write
+        assert writes.entered.is_set() and not writes.updates  # the write was under way, still stuck
+        assert answer.update[0].linux.resources.cpu.shares.value == 512
+        assert plugin.stats.late_writes == 1
+        # The loop stayed free meanwhile: a second request is answered too, while the write is still stuck.
+        again = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
+            pod=sandbox(), container=container()), api_pb2.CreateContainerResponse)
+        assert again.adjust.linux.resources.cpu.shares.value == 512
+        writes.release.set()
+        await asyncio.to_thread(wait_until, "the late write", lambda: writes.updates)
+
+    try:
+        run(socket_path, scenario, hooks, writes=writes, answer_deadline=0.3)
+    finally:
+        writes.release.set()
+    assert [(u.resource, u.value) for u in writes.updates] == [("cpu_idle", 1)]
+
+
+def test_requests_are_answered_concurrently(socket_path: str) -> None:
+    writes = BlockedWrites()
+    hooks = [batchresource.new(), stage_hook("idle", Stage.PRE_UPDATE_CONTAINER_RESOURCES,
+                                             lambda ctx: ctx.write("cpu_idle", 1))]
+
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        order: list[str] = []
+
+        async def call(name: str, method: str, request: Any, answer: Any) -> None:
+            await runtime.call(conn, method, request, answer)
+            order.append(name)
+
+        await asyncio.gather(
+            call("update", "UpdateContainer", update_request(), api_pb2.UpdateContainerResponse),
+            call("create", "CreateContainer", api_pb2.CreateContainerRequest(pod=sandbox(), container=container()),
+                 api_pb2.CreateContainerResponse))
+        # The create did not queue behind the update's stuck write.
+        assert order == ["create", "update"]
+
+    try:
+        run(socket_path, scenario, hooks, writes=writes, answer_deadline=1.0)
+    finally:
+        writes.release.set()
+
+
+@pytest.mark.parametrize("policy", [FailurePolicy.IGNORE, FailurePolicy.FAIL])
+def test_hooks_over_the_deadline_follow_the_policy(socket_path: str, policy: FailurePolicy) -> None:
+    release = threading.Event()
+
+    def stuck(ctx: HookContext) -> None:
+        assert release.wait(10)
+        ctx.set("cpu_shares", 4)
+
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        request = api_pb2.CreateContainerRequest(pod=sandbox(), container=container())
+        if policy is FailurePolicy.FAIL:
+            with pytest.raises(RuntimeError, match=r"status 4: CreateContainer: hooks did not answer within 0.3 s"):
+                await runtime.call(conn, "CreateContainer", request, api_pb2.CreateContainerResponse)
+        else:
+            answer = await runtime.call(conn, "CreateContainer", request, api_pb2.CreateContainerResponse)
+            assert answer.adjust == api_pb2.ContainerAdjustment()
+        release.set()
+
+    try:
+        run(socket_path, scenario, [stage_hook("stuck", Stage.PRE_CREATE_CONTAINER, stuck)], policy=policy,
+            answer_deadline=0.3)
+    finally:
+        release.set()
+
+
+BAD_VALUES: list[tuple[str, object, str]] = [
+    ("oom_score_adj", -5000, "oom_score_adj -5000 outside -1000..1000"),  # validation
+    ("cpu_shares", 1, "cpu.shares 1 outside 2..262144"),
+    ("cpu_quota", 17, "cpu.quota 17: must be -1 or >= 1000"),
+    ("cpuset_cpus", "0-3; echo", "is not a CPU list"),
+    ("cpu_shares", "lots", "invalid literal for int"),  # conversion
+    ("memory_limit", 1 << 70, "out of range"),  # encoding: not an int64
+]
+
+
+@pytest.mark.parametrize(("key", "value", "message"), BAD_VALUES)
+def test_an_error_outside_the_runner_fails_only_under_fail(socket_path: str, key: str, value: object,
+                                                           message: str) -> None:
+    hook = stage_hook("bad", Stage.PRE_CREATE_CONTAINER, lambda ctx: ctx.set(key, value))
+    request = api_pb2.CreateContainerRequest(pod=sandbox(), container=container())
+
+    async def ignore(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        answer = await runtime.call(conn, "CreateContainer", request, api_pb2.CreateContainerResponse)
+        assert answer.adjust == api_pb2.ContainerAdjustment()  # the container is created as asked
+        assert plugin.stats.errors == 1
+
+    async def fail(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        with pytest.raises(RuntimeError, match="status 13: CreateContainer: .*" + re.escape(message)):
+            await runtime.call(conn, "CreateContainer", request, api_pb2.CreateContainerResponse)
+
+    run(socket_path, ignore, [hook])
+    run(socket_path, fail, [hook], policy=FailurePolicy.FAIL)
+
+
+@pytest.mark.parametrize(("policy", "code"), [(FailurePolicy.IGNORE, ttrpc.OK),
+                                              (FailurePolicy.FAIL, ttrpc.INVALID_ARGUMENT)])
+def test_an_undecodable_event_follows_the_policy(socket_path: str, policy: FailurePolicy, code: int) -> None:
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        response = await runtime.raw_call(conn, request_bytes("UpdateContainer", b"\x0a\xff\xff"))
+        assert response.status.code == code
+        if code == ttrpc.OK:
+            assert api_pb2.UpdateContainerResponse.FromString(response.payload) == api_pb2.UpdateContainerResponse()
+    run(socket_path, scenario, policy=policy)
