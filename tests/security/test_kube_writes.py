@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from koordlet.apis.nodemetric import NodeMetricInfo, NodeMetricStatus, ResourceMap
-from koordlet.companion.app import Companion, CompanionOptions
-from koordlet.companion.kube import make_api_client
-from tests.fixtures.fakeapiserver import FakeApiServer, Fault, RecordedRequest, make_node
+from koordlet.companion.app import Companion
+from tests.fixtures.fakeapiserver import FakeApiServer, Fault, RecordedRequest
 from tests.fixtures.waiting import wait_until
+from tests.security.rig import leading_companion
 
 REFUSED = [f"bad-{i:02d}" for i in range(20)]
 """Sorted before ``good``: the writer takes its queue in name order, so at HEAD each of them paused it first."""
@@ -54,17 +54,8 @@ def metric_time(cluster: FakeApiServer, node: str) -> str:
 
 @pytest.fixture
 def companion(fake_apiserver: FakeApiServer) -> Iterator[Companion]:
-    for node in [*REFUSED, GOOD]:
-        fake_apiserver.seed(make_node(node))
-    api = make_api_client(fake_apiserver.host, fake_apiserver.token_file, fake_apiserver.ca_file)
-    instance = Companion(CompanionOptions(grpc_addr="127.0.0.1:0", extender_addr="127.0.0.1:0",
-                                          leader_elect=False), api)
-    instance.start()
-    try:
+    with leading_companion(fake_apiserver, [*REFUSED, GOOD]) as instance:
         yield instance
-    finally:
-        instance.stop()
-        api.close()
 
 
 def test_refused_nodemetrics_do_not_stall_another_nodes_writes(

@@ -30,10 +30,10 @@ import pytest
 import yaml
 
 from koordlet.apis.nodemetric import NodeMetricInfo, NodeMetricStatus, ResourceMap
-from koordlet.companion.app import Companion, CompanionOptions
-from koordlet.companion.kube import make_api_client
-from tests.fixtures.fakeapiserver import FakeApiServer, make_node
+from koordlet.companion.app import Companion
+from tests.fixtures.fakeapiserver import FakeApiServer
 from tests.fixtures.waiting import wait_until
+from tests.security.rig import leading_companion
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -376,16 +376,8 @@ def test_systemd_rates_the_sandboxes(unit: str, ceiling: float) -> None:
 
 @pytest.fixture
 def companion(fake_apiserver: FakeApiServer) -> Iterator[Companion]:
-    fake_apiserver.seed(make_node("node-1"))
-    api = make_api_client(fake_apiserver.host, fake_apiserver.token_file, fake_apiserver.ca_file)
-    instance = Companion(CompanionOptions(grpc_addr="127.0.0.1:0", extender_addr="127.0.0.1:0",
-                                          leader_elect=False), api)
-    instance.start()
-    try:
+    with leading_companion(fake_apiserver, ["node-1"]) as instance:
         yield instance
-    finally:
-        instance.stop()
-        api.close()
 
 
 def test_companion_objects_are_owned_by_their_node(fake_apiserver: FakeApiServer, companion: Companion) -> None:
