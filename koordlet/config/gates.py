@@ -6,6 +6,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Final
 
 from koordlet.errors import ConfigError
 
@@ -22,49 +23,90 @@ class Gate:
     stage: Stage
 
 
+# The gate names, for code that checks a gate: a typo is then an import error, not a gate that is never on.
+BE_CPU_SUPPRESS: Final = "BECPUSuppress"
+CPU_BURST: Final = "CPUBurst"
+RDT_RESCTRL: Final = "RdtResctrl"
+NODE_TOPOLOGY_REPORT: Final = "NodeTopologyReport"
+GROUP_IDENTITY: Final = "GroupIdentity"
+CPU_SET_ALLOCATOR: Final = "CPUSetAllocator"
+BATCH_RESOURCE: Final = "BatchResource"
+BE_CPU_MANAGER: Final = "BECPUManager"
+BE_CPU_EVICT: Final = "BECPUEvict"
+CPU_EVICT: Final = "CPUEvict"
+CPU_ALLOCATABLE_EVICT: Final = "CPUAllocatableEvict"
+BE_MEMORY_EVICT: Final = "BEMemoryEvict"
+MEMORY_EVICT: Final = "MemoryEvict"
+MEMORY_ALLOCATABLE_EVICT: Final = "MemoryAllocatableEvict"
+SYSTEM_CONFIG: Final = "SystemConfig"
+CGROUP_RECONCILE: Final = "CgroupReconcile"
+BLKIO_RECONCILE: Final = "BlkIOReconcile"
+RESCTRL_COLLECTOR: Final = "ResctrlCollector"
+CPI_COLLECTOR: Final = "CPICollector"
+LIBPFM4: Final = "Libpfm4"
+PSI_COLLECTOR: Final = "PSICollector"
+COLD_PAGE_COLLECTOR: Final = "ColdPageCollector"
+HUGE_PAGE_REPORT: Final = "HugePageReport"
+PER_CPU_METRIC: Final = "PerCPUMetric"
+NODE_METRIC_PROM_METRICS: Final = "NodeMetricPromMetrics"
+ACCELERATORS: Final = "Accelerators"
+RDMA_DEVICES: Final = "RDMADevices"
+POD_RESOURCES_PROXY: Final = "PodResourcesProxy"
+HAMI_CORE_VGPU_MONITOR: Final = "HamiCoreVGPUMonitor"
+AUDIT_EVENTS: Final = "AuditEvents"
+AUDIT_EVENTS_HTTP_HANDLER: Final = "AuditEventsHTTPHandler"
+GPU_ENV_INJECT: Final = "GPUEnvInject"
+RDMA_DEVICE_INJECT: Final = "RDMADeviceInject"
+CPU_NORMALIZATION: Final = "CPUNormalization"
+CORE_SCHED: Final = "CoreSched"
+TERWAY_QOS: Final = "TerwayQoS"
+TC_NETWORK_QOS: Final = "TCNetworkQoS"
+RESCTRL: Final = "Resctrl"
+OOM_SCORE_ADJ: Final = "OOMScoreAdj"
+
 _B, _A = Stage.BETA, Stage.ALPHA
 GATES: Mapping[str, Gate] = MappingProxyType({
     # On by default.
-    "BECPUSuppress": Gate(True, _B),
-    "CPUBurst": Gate(True, _B),
-    "RdtResctrl": Gate(True, _B),
-    "NodeTopologyReport": Gate(True, _B),
-    "GroupIdentity": Gate(True, _B),
-    "CPUSetAllocator": Gate(True, _B),
-    "BatchResource": Gate(True, _B),
+    BE_CPU_SUPPRESS: Gate(True, _B),
+    CPU_BURST: Gate(True, _B),
+    RDT_RESCTRL: Gate(True, _B),
+    NODE_TOPOLOGY_REPORT: Gate(True, _B),
+    GROUP_IDENTITY: Gate(True, _B),
+    CPU_SET_ALLOCATOR: Gate(True, _B),
+    BATCH_RESOURCE: Gate(True, _B),
     # Off by default.
-    "BECPUManager": Gate(False, _A),
-    "BECPUEvict": Gate(False, _A),
-    "CPUEvict": Gate(False, _A),
-    "CPUAllocatableEvict": Gate(False, _A),
-    "BEMemoryEvict": Gate(False, _A),
-    "MemoryEvict": Gate(False, _A),
-    "MemoryAllocatableEvict": Gate(False, _A),
-    "SystemConfig": Gate(False, _A),
-    "CgroupReconcile": Gate(False, _A),
-    "BlkIOReconcile": Gate(False, _A),
-    "ResctrlCollector": Gate(False, _A),
-    "CPICollector": Gate(False, _A),
-    "Libpfm4": Gate(False, _A),
-    "PSICollector": Gate(False, _A),
-    "ColdPageCollector": Gate(False, _A),
-    "HugePageReport": Gate(False, _A),
-    "PerCPUMetric": Gate(False, _A),
-    "NodeMetricPromMetrics": Gate(False, _A),
-    "Accelerators": Gate(False, _A),
-    "RDMADevices": Gate(False, _A),
-    "PodResourcesProxy": Gate(False, _A),
-    "HamiCoreVGPUMonitor": Gate(False, _A),
-    "AuditEvents": Gate(False, _A),
-    "AuditEventsHTTPHandler": Gate(False, _A),
-    "GPUEnvInject": Gate(False, _A),
-    "RDMADeviceInject": Gate(False, _A),
-    "CPUNormalization": Gate(False, _A),
-    "CoreSched": Gate(False, _A),
-    "TerwayQoS": Gate(False, _A),
-    "TCNetworkQoS": Gate(False, _A),
-    "Resctrl": Gate(False, _A),
-    "OOMScoreAdj": Gate(False, _A),
+    BE_CPU_MANAGER: Gate(False, _A),
+    BE_CPU_EVICT: Gate(False, _A),
+    CPU_EVICT: Gate(False, _A),
+    CPU_ALLOCATABLE_EVICT: Gate(False, _A),
+    BE_MEMORY_EVICT: Gate(False, _A),
+    MEMORY_EVICT: Gate(False, _A),
+    MEMORY_ALLOCATABLE_EVICT: Gate(False, _A),
+    SYSTEM_CONFIG: Gate(False, _A),
+    CGROUP_RECONCILE: Gate(False, _A),
+    BLKIO_RECONCILE: Gate(False, _A),
+    RESCTRL_COLLECTOR: Gate(False, _A),
+    CPI_COLLECTOR: Gate(False, _A),
+    LIBPFM4: Gate(False, _A),
+    PSI_COLLECTOR: Gate(False, _A),
+    COLD_PAGE_COLLECTOR: Gate(False, _A),
+    HUGE_PAGE_REPORT: Gate(False, _A),
+    PER_CPU_METRIC: Gate(False, _A),
+    NODE_METRIC_PROM_METRICS: Gate(False, _A),
+    ACCELERATORS: Gate(False, _A),
+    RDMA_DEVICES: Gate(False, _A),
+    POD_RESOURCES_PROXY: Gate(False, _A),
+    HAMI_CORE_VGPU_MONITOR: Gate(False, _A),
+    AUDIT_EVENTS: Gate(False, _A),
+    AUDIT_EVENTS_HTTP_HANDLER: Gate(False, _A),
+    GPU_ENV_INJECT: Gate(False, _A),
+    RDMA_DEVICE_INJECT: Gate(False, _A),
+    CPU_NORMALIZATION: Gate(False, _A),
+    CORE_SCHED: Gate(False, _A),
+    TERWAY_QOS: Gate(False, _A),
+    TC_NETWORK_QOS: Gate(False, _A),
+    RESCTRL: Gate(False, _A),
+    OOM_SCORE_ADJ: Gate(False, _A),
 })
 ALL_ALPHA, ALL_BETA = "AllAlpha", "AllBeta"
 
@@ -96,3 +138,9 @@ def resolve(overrides: Mapping[str, bool]) -> Mapping[str, bool]:
             effective[name] = overrides[ALL_BETA]
     effective.update({k: v for k, v in overrides.items() if k in GATES})
     return MappingProxyType(effective)
+
+
+def enabled(gates: Mapping[str, bool], name: str) -> bool:
+    """Whether gate ``name`` is on in ``gates`` (the resolved table); a gate missing from it (a test or a tool
+    handing a partial table) takes its default."""
+    return gates.get(name, GATES[name].default)
