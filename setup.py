@@ -2,7 +2,7 @@
 
 Package metadata lives here; pyproject.toml holds only the build-system table and tool settings.
 The C core (csrc/) is compiled in cffi's out-of-line API mode into ``koordlet._native``, which only
-``koordlet/native.py`` imports.
+``koordlet/native/core.py`` imports.
 """
 
 from __future__ import annotations
@@ -83,9 +83,12 @@ setup(
             "mypy>=1.10",
             "types-PyYAML>=6.0.12",
             "types-psutil>=5.9.5",
+            # lint-imports: the layering contracts of pyproject.toml ([tool.importlinter]).
+            "import-linter>=2.1",
         ],
-        # The benchmarks (tests/bench, `tox -e bench`) need only the package and the standard library.
-        "bench": [],
+        # The benchmarks (tests/bench, `tox -e bench`) need the package and, for bench_runtimeproxy, which
+        # starts containerd through the test fixtures, pytest.
+        "bench": ["pytest>=8.0"],
     },
     entry_points={
         "console_scripts": [

@@ -1,7 +1,7 @@
 """cffi build script for koordlet's C core (out-of-line API mode).
 
 setup.py names it in ``cffi_modules``; it builds the private module ``koordlet._native`` that only
-``koordlet/native.py`` imports.  The public header ``kcore.h`` is the cdef, so the ABI is written once.
+``koordlet/native/core.py`` imports.  The public header ``kcore.h`` is the cdef, so the ABI is written once.
 """
 
 from __future__ import annotations

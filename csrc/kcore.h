@@ -7,7 +7,7 @@
  * meaning of values stay in Python.  Every function returns 0 (or a count) on success and -errno on
  * failure, and fills caller-allocated memory; batch calls report an errno per entry.
  *
- * Bump KC_ABI_VERSION whenever anything below changes; koordlet/native.py refuses a mismatched build.
+ * Bump KC_ABI_VERSION whenever anything below changes; koordlet/native/core.py refuses a mismatched build.
  */
 #ifndef KOORDLET_KCORE_H
 #define KOORDLET_KCORE_H

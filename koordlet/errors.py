@@ -49,10 +49,16 @@ class NativeBuildMismatch(KoordletError, ImportError):
     """The compiled C core does not match the Python wrapper (stale build)."""
 
 
-# ENODEV: a kept-open cgroup file whose cgroup was removed answers ENODEV on read.
-_GONE = {_errno.ENOENT, _errno.ENODEV, _errno.ESRCH}
-_DENIED = {_errno.EACCES, _errno.EPERM, _errno.EROFS}
-_UNSUPPORTED = {_errno.EOPNOTSUPP, _errno.ENOSYS, _errno.ENOTTY}
+GONE_ERRNOS = frozenset({_errno.ENOENT, _errno.ENODEV, _errno.ESRCH})
+"""The object vanished: a removed cgroup or file (a kept-open cgroup file whose cgroup was removed
+answers ENODEV on read), an exited task (ESRCH).  Writers tell a missing *file* in an existing
+directory (the kernel lacks it) from a vanished directory with :func:`missing_file`."""
+DENIED_ERRNOS = frozenset({_errno.EACCES, _errno.EPERM, _errno.EROFS})
+"""Missing capability, read-only mount: a real failure, retried every round."""
+UNSUPPORTED_ERRNOS = frozenset({_errno.EOPNOTSUPP, _errno.ENOSYS, _errno.ENOTTY})
+"""The kernel lacks the operation whatever the value: not retried before a backoff ends."""
+REFUSED_VALUE_ERRNO = _errno.EINVAL
+"""The kernel refuses this value here (a cgroup or resctrl write): the value, not any value, is backed off."""
 # The C core's per-entry parse errors (csrc/kcore.h).
 _PARSE = {
     _errno.EBADMSG: "malformed content",
@@ -68,12 +74,18 @@ def from_errno(err: int, what: str) -> NativeError | ParseError:
     if err in _PARSE:
         return ParseError(f"{what}: {_PARSE[err]} ({_errno.errorcode[err]})", err)
     message = f"{what}: {os.strerror(err)}"
-    if err in _GONE:
+    if err in GONE_ERRNOS:
         cls: type[NativeError] = CgroupGone
-    elif err in _DENIED:
+    elif err in DENIED_ERRNOS:
         cls = PermissionDenied
-    elif err in _UNSUPPORTED:
+    elif err in UNSUPPORTED_ERRNOS:
         cls = Unsupported
     else:
         cls = NativeError
     return cls(err, message)
+
+
+def missing_file(err: int, path: str) -> bool:
+    """ENOENT on ``path`` while its directory exists: the kernel does not provide this file (as opposed
+    to the cgroup or group that held it having been removed, an expected race)."""
+    return abs(err) == _errno.ENOENT and os.path.isdir(os.path.dirname(path))

@@ -229,20 +229,25 @@ def _parse_psi(buf: bytes, out: Result) -> None:
     out.count = 8 if out.found & 2 else 4
 
 
+def _cpu_fields(s: bytes, p: int, limit: int) -> list[int]:
+    """The numbers after a cpu line's name at p: at least 4, the first 10 kept, each at most ``limit``."""
+    fields: list[int] = []
+    while p < len(s):
+        if s[p] not in _BLANK:
+            raise _Fail(EBADMSG)
+        value, p = _u64(s, _skip_blanks(s, p), limit)
+        if len(fields) < 10:
+            fields.append(value)
+    if len(fields) < 4:
+        raise _Fail(EBADMSG)
+    return fields
+
+
 def _parse_proc_stat_total(buf: bytes, out: Result) -> None:
     for s in _lines(buf):
         if len(s) < 4 or s[:3] != b"cpu" or s[3] not in _BLANK:
             continue
-        p = 3
-        fields: list[int] = []
-        while p < len(s):
-            if s[p] not in _BLANK:
-                raise _Fail(EBADMSG)
-            value, p = _u64(s, _skip_blanks(s, p), INT64_MAX)
-            if len(fields) < 10:
-                fields.append(value)
-        if len(fields) < 4:
-            raise _Fail(EBADMSG)
+        fields = _cpu_fields(s, 3, INT64_MAX)
         out.v[: len(fields)] = fields
         out.count = len(fields)
         return
@@ -312,15 +317,7 @@ def parse_proc_stat(buf: bytes, cap: int = 4096) -> list[tuple[int, list[int]]] 
                     raise _Fail(EBADMSG) from None
                 if len(cpus) + 1 >= cap:
                     raise _Fail(ENOSPC)
-            fields: list[int] = []
-            while p < len(s):
-                if s[p] not in _BLANK:
-                    raise _Fail(EBADMSG)
-                value, p = _u64(s, _skip_blanks(s, p), UINT64_MAX)
-                if len(fields) < 10:
-                    fields.append(value)
-            if len(fields) < 4:
-                raise _Fail(EBADMSG)
+            fields = _cpu_fields(s, p, UINT64_MAX)
             entry = (cpu, fields + [0] * (10 - len(fields)))
             if cpu == -1:
                 total = entry

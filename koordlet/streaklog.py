@@ -45,25 +45,24 @@ class Streak:
         """Rounds the streak in progress has lasted (0 when none is)."""
         return 0 if self._open is None else self._open.rounds
 
-    def fail(self, kind: str, message: str, *args: object, level: int = logging.WARNING,
+    def fail(self, kind: str, message: str, *, level: int = logging.WARNING,
              extra: Mapping[str, Any] | None = None, exc_info: bool = False) -> bool:
-        """One round in condition ``kind``; logs ``message`` (with the kind as field ``reason``) when that
-        starts a streak.  Returns whether it logged."""
+        """One round in condition ``kind``; logs ``message`` (a constant: values go in ``extra``, with the kind
+        as field ``reason``) when that starts a streak.  Returns whether it logged."""
         if self._open is not None and self._open.kind == kind:
             self._open.rounds += 1
             return False
         self._open = _Open(kind, self._clock(), 1)
-        self._log.log(level, message, *args, extra={"reason": kind, **(extra or {})}, exc_info=exc_info)
+        self._log.log(level, message, extra={"reason": kind, **(extra or {})}, exc_info=exc_info)
         return True
 
-    def ok(self, message: str, *args: object, level: int = logging.INFO,
-           extra: Mapping[str, Any] | None = None) -> bool:
+    def ok(self, message: str, *, level: int = logging.INFO, extra: Mapping[str, Any] | None = None) -> bool:
         """One round without the condition; logs ``message`` with the streak's kind, its rounds and seconds
         when that ends a streak.  Returns whether it logged."""
         if self._open is None:
             return False
         ended, self._open = self._open, None
         seconds = max(0.0, self._clock() - ended.since)
-        self._log.log(level, message, *args, extra={"reason": ended.kind, "rounds": ended.rounds,
-                                                    "seconds": round(seconds, 3), **(extra or {})})
+        self._log.log(level, message, extra={"reason": ended.kind, "rounds": ended.rounds,
+                                             "seconds": round(seconds, 3), **(extra or {})})
         return True

@@ -29,6 +29,20 @@ log = logging.getLogger("runtimeproxy")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
+# Attributes every LogRecord has; anything else on a record came from ``extra=`` and is a field.
+_RECORD_ATTRS = frozenset(vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None))) | {
+    "message", "asctime", "taskName"}
+
+
+class FieldsFormatter(logging.Formatter):
+    """The log line, then each ``extra=`` field as ``key=value``: log calls keep a constant message and pass
+    their values as fields (the proxy must not import koordlet's own formatter)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's method name)
+        fields = "".join(f" {key}={value}" for key, value in vars(record).items() if key not in _RECORD_ATTRS)
+        return super().formatMessage(record) + fields
+
+
 def version() -> str:
     """The installed distribution's version (the proxy must not import koordlet to learn it)."""
     try:
@@ -112,8 +126,9 @@ def options_from(args: argparse.Namespace) -> ProxyOptions:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(FieldsFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     # Blocked before any thread exists, so every thread inherits the mask and the stop signals are taken
     # only by sigwait below: no Python signal handler runs in the middle of a lock the main thread holds.
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -122,18 +137,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             proxy = Proxy(options_from(args))
             proxy.start()
         except ProxyError as exc:
-            log.error("cannot start: %s", exc)
+            log.error("cannot start", extra={"error": str(exc)})
             return EXIT_FAILURE
-        log.info("koord-runtime-proxy %s serving %s -> %s", version(), args.koord_runtimeproxy_endpoint,
-                 args.remote_runtime_service_endpoint)
+        log.info("koord-runtime-proxy serving", extra={"version": version(),
+                                                       "endpoint": args.koord_runtimeproxy_endpoint,
+                                                       "backend": args.remote_runtime_service_endpoint})
         if ANY_NAMESPACE in args.skip_hookserver_namespaces:
-            log.warning("--skip-hookserver-namespaces=%s: a pod of any namespace can bypass the hook servers with "
-                        "its own %s label", ANY_NAMESPACE, args.runtime_hook_server_key)
+            log.warning("a pod of any namespace can bypass the hook servers with its own skip label",
+                        extra={"skip_hookserver_namespaces": ANY_NAMESPACE, "label": args.runtime_hook_server_key})
         # What start-up built lives as long as the process: keep it out of the cyclic collector's full
         # scans, which otherwise pause a CRI call now and then (the tail of the proxy's latency).
         gc.freeze()
         received = signal.sigwait(STOP_SIGNALS)
-        log.info("stopping on %s", signal.Signals(received).name)
+        log.info("stopping", extra={"signal": signal.Signals(received).name})
         proxy.stop()
         log.info("koord-runtime-proxy stopped")
         return EXIT_OK

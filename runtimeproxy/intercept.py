@@ -173,9 +173,10 @@ class Interceptor:
                 self._refused.popitem(last=False)
         key, value = self._skip
         allowed = ",".join(sorted(self.skip_namespaces)) or "none"
-        log.warning("pod %s/%s (uid %s) carries %s=%s, but namespace %r may not skip the hook servers "
-                    "(--skip-hookserver-namespaces: %s): its calls are hooked", pod.namespace, pod.name,
-                    pod.uid or "unknown", key, value, pod.namespace, allowed)
+        log.warning("pod carries the skip label, but its namespace may not skip the hook servers: its calls "
+                    "are hooked", extra={"pod": f"{pod.namespace}/{pod.name}", "uid": pod.uid or "unknown",
+                                         "label": f"{key}={value}", "namespace": pod.namespace,
+                                         "skip_hookserver_namespaces": allowed})
 
     def _pre(self, stage: str, request: Any, context: grpc.ServicerContext, check: Callable[[Any], str | None]
              ) -> Any | None:
@@ -191,9 +192,9 @@ class Interceptor:
                                 grpc.StatusCode.INVALID_ARGUMENT)
         except HookError as exc:
             if server.failure_policy == "Fail":
-                log.warning("hook failed, failing the CRI call: %s", exc)
+                log.warning("hook failed, failing the CRI call", extra={"error": str(exc)})
                 context.abort(exc.code, f"koord-runtime-proxy: {exc} (failure-policy Fail)")
-            log.warning("hook failed, forwarding the original request: %s", exc)
+            log.warning("hook failed, forwarding the original request", extra={"error": str(exc)})
             return None
         return response
 
@@ -204,7 +205,7 @@ class Interceptor:
         try:
             self._hooks.call(server.name, server.endpoint, stage + "Hook", request)
         except HookError as exc:
-            log.warning("post hook failed: %s", exc)
+            log.warning("post hook failed", extra={"error": str(exc)})
 
     @staticmethod
     def _parse(message_type: Any, raw: bytes) -> Any | None:

@@ -9,7 +9,7 @@ writes ``koordlet.json``::
 Files are read in name order and, as in Koordinator, only the first file that lists a stage is called for
 it. A file that cannot be used is reported by :meth:`Registry.errors` and never removes another file's
 server; if a file that was good turns bad, its last good version stays in force until it is fixed or
-deleted (CONVENTIONS #12: bad runtime input is rejected and the last good value stays).
+deleted: a typo in one registration must not take a working hook server off every CRI call.
 
 The watcher polls the directory (file names, inodes, sizes, mtimes) instead of using inotify, so the proxy
 needs no extra dependency and a directory that does not exist yet is simply empty until it appears.
@@ -200,7 +200,7 @@ class Registry:
             try:
                 self.reload()
             except Exception:  # the watcher must survive anything a reload meets
-                log.exception("hook-server registry: reloading %s failed", self.directory)
+                log.exception("hook-server registry: reloading failed", extra={"directory": self.directory})
 
     def _signature(self) -> tuple[tuple[str, int, int, int, int], ...]:
         # Inode and ctime too: an atomic rename of a same-size file within one timestamp tick (the kernel
@@ -265,18 +265,19 @@ class Registry:
             if seen.server is not None:
                 self._good[name] = seen.server
                 self._errors.pop(name, None)
-                log.info(
-                    "hook-server registry: %s -> %s, failure-policy %s, stages %s",
-                    name, seen.server.endpoint, seen.server.failure_policy, ", ".join(sorted(seen.server.hooks)),
-                )
+                log.info("hook-server registry: server registered",
+                         extra={"file": name, "endpoint": seen.server.endpoint,
+                                "failure_policy": seen.server.failure_policy,
+                                "stages": ", ".join(sorted(seen.server.hooks))})
             else:
                 assert seen.error is not None
                 self._errors[name] = seen.error
                 kept = self._good.get(name)
                 if kept is None:
-                    log.error("hook-server registry: rejected %s", seen.error)
+                    log.error("hook-server registry: rejected", extra={"error": seen.error})
                 else:
-                    log.error("hook-server registry: rejected %s; keeping its last good version", seen.error)
+                    log.error("hook-server registry: rejected; keeping its last good version",
+                              extra={"error": seen.error})
             self._generation += 1
             self._changed.notify_all()
 
@@ -285,7 +286,7 @@ class Registry:
             self._seen.pop(name, None)
             self._errors.pop(name, None)
             if self._good.pop(name, None) is not None:
-                log.info("hook-server registry: %s removed", name)
+                log.info("hook-server registry: removed", extra={"file": name})
             self._generation += 1
             self._changed.notify_all()
 

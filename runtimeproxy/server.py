@@ -96,12 +96,13 @@ class Proxy:
             try:
                 report = self.store.rebuild(stub)
             except grpc.RpcError as exc:
-                log.warning("checkpoint not reconciled with the backend yet (retrying in %.0f s): %s", backoff,
-                            exc.details() if hasattr(exc, "details") else exc)
+                log.warning("checkpoint not reconciled with the backend yet; retrying",
+                            extra={"retry_seconds": round(backoff),
+                                   "error": str(exc.details() if hasattr(exc, "details") else exc)})
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, REBUILD_BACKOFF_MAX)
                 continue
-            log.info("checkpoint reconciled with the backend: %s", report)
+            log.info("checkpoint reconciled with the backend", extra={"report": str(report)})
             self.rebuilt.set()
             return
 

@@ -131,8 +131,9 @@ class Store:
             except FileNotFoundError:
                 return
             except OSError as error:
-                log.error("runtime proxy store: cannot read checkpoint %s (%s); starting empty, the backend's "
-                          "pods and containers are rebuilt from it", self.path, error.strerror or error)
+                log.error("runtime proxy store: cannot read the checkpoint; starting empty, the backend's pods "
+                          "and containers are rebuilt from it",
+                          extra={"path": self.path, "error": str(error.strerror or error)})
                 return
             try:
                 self._pods, self._containers = _decode(raw)
@@ -143,9 +144,9 @@ class Store:
                     kept = f"moved to {bad}"
                 except OSError as move_error:
                     kept = f"could not move it to {bad}: {move_error.strerror or move_error}"
-                log.error("runtime proxy store: checkpoint %s is unusable (%s, %d bytes); dropped it and starting "
-                          "empty (%s), the backend's pods and containers are rebuilt from it", self.path, error,
-                          len(raw), kept)
+                log.error("runtime proxy store: the checkpoint is unusable; dropped it and starting empty, the "
+                          "backend's pods and containers are rebuilt from it",
+                          extra={"path": self.path, "error": str(error), "bytes": len(raw), "kept": kept})
 
     def _persist(self) -> None:
         """Marks the checkpoint stale (called under the lock).  The file is written by a background writer
@@ -188,12 +189,13 @@ class Store:
                 self._dirty.set()
                 self.failed_writes += 1
                 if self.failed_writes == 1:
-                    log.error("runtime proxy store: cannot write checkpoint %s: %s; keeping the changes in memory "
-                              "and retrying every %g s", self.path, error.strerror or error, self._retry)
+                    log.error("runtime proxy store: cannot write the checkpoint; keeping the changes in memory "
+                              "and retrying", extra={"path": self.path, "error": str(error.strerror or error),
+                                                     "retry_seconds": self._retry})
                 return False
             if self.failed_writes:
-                log.info("runtime proxy store: checkpoint %s written again after %d failed writes", self.path,
-                         self.failed_writes)
+                log.info("runtime proxy store: checkpoint written again",
+                         extra={"path": self.path, "failed_writes": self.failed_writes})
                 self.failed_writes = 0
             return True
 
@@ -335,8 +337,8 @@ class Store:
             if dropped or added:
                 self._persist()
         report = RebuildReport(tuple(sorted(kept)), tuple(sorted(added)), tuple(sorted(dropped)))
-        log.info("runtime proxy store: rebuilt from the backend: %d kept, %d added, %d dropped",
-                 len(report.kept), len(report.added), len(report.dropped))
+        log.info("runtime proxy store: rebuilt from the backend",
+                 extra={"kept": len(report.kept), "added": len(report.added), "dropped": len(report.dropped)})
         return report
 
 
@@ -393,7 +395,8 @@ def _verbose_info(response: Any, what: str) -> dict[str, Any]:
     try:
         info = json.loads(text)
     except ValueError as error:
-        log.warning("runtime proxy store: %s: verbose info is not JSON (%s); using the list only", what, error)
+        log.warning("runtime proxy store: verbose info is not JSON; using the list only",
+                    extra={"what": what, "error": str(error)})
         return {}
     return info if isinstance(info, dict) else {}
 
@@ -405,7 +408,8 @@ def _config(info: dict[str, Any], target: M, what: str) -> M | None:
     try:
         json_format.ParseDict(config, target, ignore_unknown_fields=True)
     except json_format.ParseError as error:
-        log.warning("runtime proxy store: %s: verbose config unreadable (%s); using the list only", what, error)
+        log.warning("runtime proxy store: verbose config unreadable; using the list only",
+                    extra={"what": what, "error": str(error)})
         return None
     return target
 
@@ -414,7 +418,8 @@ def _status(call: Any, request: Message, timeout_seconds: float, what: str) -> A
     try:
         return call(request, timeout=timeout_seconds)
     except grpc.RpcError as error:
-        log.warning("runtime proxy store: %s: status call failed (%s); using the list only", what, error)
+        log.warning("runtime proxy store: status call failed; using the list only",
+                    extra={"what": what, "error": str(error)})
         return None
 
 

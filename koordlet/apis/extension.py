@@ -101,16 +101,6 @@ def resource_status_cpus(annotations: Mapping[str, str]) -> list[int]:
     raw = annotations.get(ANNOTATION_RESOURCE_STATUS)
     if not raw:
         return []
-    try:
-        status = gojson.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS} is not JSON: {exc}") from None
-    if not isinstance(status, dict):
-        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS} is not a JSON object")
-    text = status.get("cpuset") or ""
-    if not isinstance(text, str):
-        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}.cpuset is not a string: {text!r}")
-    try:
-        return parse_cpulist(text)
-    except ValueError as exc:
-        raise ValueError(f"{ANNOTATION_RESOURCE_STATUS}.cpuset {text!r}: {exc}") from None
+    status = gojson.load_object(raw, ANNOTATION_RESOURCE_STATUS, ValueError)
+    return gojson.parsed(status.get("cpuset") or "", f"{ANNOTATION_RESOURCE_STATUS}.cpuset", parse_cpulist,
+                         ValueError)

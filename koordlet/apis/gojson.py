@@ -1,11 +1,22 @@
-"""How Go's encoding/json finds a struct field in a JSON object, for the Koordinator documents we decode; and
-a ``json.loads`` that fails like a parse error on input nested past Python's recursion limit."""
+"""Decoded JSON, read the way Go reads it: how ``encoding/json`` finds a struct field (:func:`member`), a
+``json.loads`` that fails like a parse error on input nested past Python's recursion limit (and
+:func:`load_object` on top of it for a document that must be an object), and the typed
+getters every decoder uses (:func:`mapping`, :func:`array`, :func:`string`, :func:`str_map`, and
+:func:`parsed` for a string in a grammar of its own), which name the field path in their errors.
+
+The getters take the error class to raise because the same shape is a configuration error in a spec
+(ConfigError), a parse error in a status or a request (ParseError) and, in a runtime hook, a KoordletError
+that makes the hook refuse the container."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
+
+from koordlet.errors import ParseError
+
+T = TypeVar("T")
 
 
 def member(obj: Mapping[str, Any], json_name: str) -> Any:
@@ -31,3 +42,68 @@ def loads(text: str | bytes | bytearray, *, parse_constant: Callable[[str], Any]
         return json.loads(text, parse_constant=parse_constant)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", "", 0) from None
+
+
+def load_object(text: str | bytes, where: str, error: type[Exception] = ParseError) -> Mapping[str, Any]:
+    """The JSON object in ``text`` (an annotation, a checkpoint file); raises ``error`` naming ``where`` when
+    the text is not JSON or holds something other than an object."""
+    try:
+        value = loads(text)
+    except ValueError as exc:
+        raise error(f"{where}: not JSON: {exc}") from None
+    if not isinstance(value, Mapping):
+        raise error(f"{where}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def mapping(value: Any, where: str, error: type[Exception] = ParseError, *, optional: bool = True
+            ) -> Mapping[str, Any]:
+    """``value`` as a JSON object; ``None`` (JSON null or an absent member) is an empty object unless
+    ``optional`` is false.  Raises ``error`` naming ``where`` for anything else."""
+    if value is None and optional:
+        return {}
+    if not isinstance(value, Mapping):
+        raise error(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def array(value: Any, where: str, error: type[Exception] = ParseError) -> list[Any]:
+    """``value`` as a JSON array; ``None`` is an empty one.  Raises ``error`` naming ``where`` otherwise."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise error(f"{where}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def string(value: Any, where: str, error: type[Exception] = ParseError) -> str:
+    """``value`` as a JSON string; ``None`` is the empty string (Go's zero value for an absent field)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise error(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def str_map(value: Any, where: str, error: type[Exception] = ParseError) -> dict[str, str]:
+    """``value`` as a ``map[string]string`` (labels, annotations); ``None`` is an empty map."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+        raise error(f"{where}: expected a map of strings")
+    return dict(value)
+
+
+def parsed(value: Any, where: str, parse: Callable[[str], T], error: type[Exception] = ParseError, *,
+           expected: str = "a string", quote: bool = True) -> T:
+    """``parse(value)`` for a member that is a string in a grammar of its own (a cpu list, a duration).
+
+    Raises ``error`` naming ``where`` when ``value`` is not a string (``expected`` says what was wanted) or
+    ``parse`` raises ValueError; that message follows the quoted value, or ``where`` alone when ``quote`` is
+    false (for a parser whose messages already quote the whole text)."""
+    if not isinstance(value, str):
+        raise error(f"{where}: expected {expected}, got {value!r}")
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise error(f"{where} {value!r}: {exc}" if quote else f"{where}: {exc}") from None

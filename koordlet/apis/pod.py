@@ -7,7 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.apis.extension import PriorityClass, QoSClass, pod_qos, priority_class
+from koordlet.apis import gojson
+from koordlet.apis.extension import (
+    RESOURCE_BATCH_CPU,
+    RESOURCE_BATCH_MEMORY,
+    PriorityClass,
+    QoSClass,
+    pod_qos,
+    priority_class,
+)
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.errors import ParseError
 from koordlet.system.kubepaths import KubeQoS
@@ -85,49 +93,22 @@ def resources_from_json(spec: Any, where: str) -> Resources:
     in errors."""
     if spec is None:
         return Resources()
-    if not isinstance(spec, Mapping):
-        raise ParseError(f"{where}: expected an object, got {type(spec).__name__}")
+    spec = gojson.mapping(spec, where)
     try:
         return Resources(
             cpu_milli=milli_value(spec["cpu"]) if "cpu" in spec else None,
             memory_bytes=int_value(spec["memory"]) if "memory" in spec else None,
-            batch_cpu_milli=int_value(spec["kubernetes.io/batch-cpu"]) if "kubernetes.io/batch-cpu" in spec else None,
-            batch_memory_bytes=(
-                int_value(spec["kubernetes.io/batch-memory"]) if "kubernetes.io/batch-memory" in spec else None
-            ),
+            batch_cpu_milli=int_value(spec[RESOURCE_BATCH_CPU]) if RESOURCE_BATCH_CPU in spec else None,
+            batch_memory_bytes=int_value(spec[RESOURCE_BATCH_MEMORY]) if RESOURCE_BATCH_MEMORY in spec else None,
         )
     except ParseError as exc:
         raise ParseError(f"{where}: {exc}") from None
 
 
-def _object(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ParseError(f"{where}: expected an object, got {type(value).__name__}")
-    return value
-
-
-def _array(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ParseError(f"{where}: expected an array, got {type(value).__name__}")
-    return value
-
-
-def _str_map(value: Any, where: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
-        raise ParseError(f"{where}: expected a map of strings")
-    return dict(value)
-
-
 def _pod_ips(spec: Mapping[str, Any], status: Mapping[str, Any], where: str) -> tuple[str, ...]:
     if spec.get("hostNetwork") is True:
         return ()
-    entries = _array(status.get("podIPs"), f"{where}: status.podIPs")
+    entries = gojson.array(status.get("podIPs"), f"{where}: status.podIPs")
     raw: list[tuple[str, Any]] = [(f"status.podIPs[{i}].ip", e.get("ip") if isinstance(e, Mapping) else e)
                                   for i, e in enumerate(entries)]
     if not raw and status.get("podIP"):
@@ -168,20 +149,20 @@ def pod_from_json(obj: Any) -> Pod:
     """One v1.Pod object; raises ParseError naming the pod and field that was wrong."""
     if not isinstance(obj, Mapping):
         raise ParseError(f"pod: expected an object, got {type(obj).__name__}")
-    meta, spec, status = (_object(obj.get(k), f"pod: {k}") for k in ("metadata", "spec", "status"))
+    meta, spec, status = (gojson.mapping(obj.get(k), f"pod: {k}") for k in ("metadata", "spec", "status"))
     uid, name, namespace = meta.get("uid"), meta.get("name"), meta.get("namespace", "default")
     if not isinstance(uid, str) or not uid or not isinstance(name, str) or not name:
         raise ParseError("pod: metadata.uid and metadata.name are required")
     where = f"pod {namespace}/{name}"
     ids = {}
-    for cs in _array(status.get("containerStatuses"), f"{where}: status.containerStatuses"):
+    for cs in gojson.array(status.get("containerStatuses"), f"{where}: status.containerStatuses"):
         if isinstance(cs, Mapping) and isinstance(cs.get("name"), str):
             ids[cs["name"]] = cs.get("containerID") or ""
     containers = []
-    for i, c in enumerate(_array(spec.get("containers"), f"{where}: spec.containers")):
+    for i, c in enumerate(gojson.array(spec.get("containers"), f"{where}: spec.containers")):
         if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
             raise ParseError(f"{where}: spec.containers[{i}] has no name")
-        res = _object(c.get("resources"), f"{where}: spec.containers[{i}].resources")
+        res = gojson.mapping(c.get("resources"), f"{where}: spec.containers[{i}].resources")
         containers.append(Container(
             name=c["name"],
             container_id=str(ids.get(c["name"], "")),
@@ -200,8 +181,8 @@ def pod_from_json(obj: Any) -> Pod:
         uid=uid,
         name=name,
         namespace=str(namespace),
-        labels=_str_map(meta.get("labels"), f"{where}: metadata.labels"),
-        annotations=_str_map(meta.get("annotations"), f"{where}: metadata.annotations"),
+        labels=gojson.str_map(meta.get("labels"), f"{where}: metadata.labels"),
+        annotations=gojson.str_map(meta.get("annotations"), f"{where}: metadata.annotations"),
         kube_qos=kube_qos,
         phase=str(status.get("phase") or ""),
         priority=priority,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal, DecimalException
+from typing import Final
 
 from koordlet.errors import ParseError
 
@@ -93,3 +94,43 @@ def int_value(text: str | int | float) -> int:
 def format_milli(milli: int) -> str:
     """A CPU quantity string from milli-cores ("1500m", "2")."""
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+# Writing quantities: the canonical text apimachinery writes, so NodeMetric status reads as Koordinator's.
+
+_DECIMAL_SUFFIXES: Final = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+_BINARY_SUFFIXES: Final = {0: "", 1: "Ki", 2: "Mi", 3: "Gi", 4: "Ti", 5: "Pi", 6: "Ei"}
+
+
+def _decimal_si(mantissa: int, exponent: int) -> str:
+    """Kubernetes' canonical DecimalSI text of ``mantissa * 10**exponent`` (apimachinery int64Amount
+    AsCanonicalBytes): strip factors of ten, then lower the exponent to a multiple of three."""
+    if mantissa == 0:
+        return "0"
+    while mantissa % 10 == 0:
+        mantissa //= 10
+        exponent += 1
+    shift = exponent % 3  # Python's modulo is never negative: -1 -> 2, -2 -> 1, as Go's switch maps them
+    mantissa *= 10**shift
+    exponent -= shift
+    suffix = _DECIMAL_SUFFIXES.get(exponent)
+    return f"{mantissa}{suffix}" if suffix is not None else f"{mantissa}e{exponent}"
+
+
+def format_cpu_milli(milli: int) -> str:
+    """A CPU quantity as Kubernetes writes ``NewMilliQuantity(milli, DecimalSI)``: ``138m``, ``2``, ``1k``."""
+    return _decimal_si(milli, -3)
+
+
+def format_memory_bytes(count: int) -> str:
+    """A byte quantity as Kubernetes writes ``NewQuantity(count, BinarySI)``.
+
+    Below 1024 in magnitude Kubernetes switches to DecimalSI (so 1000 is ``1k``); otherwise every factor of
+    1024 becomes a binary suffix (``17828Ki``) and anything else stays a plain integer (``1815637738``)."""
+    if -1024 < count < 1024:
+        return _decimal_si(count, 0)
+    exponent = 0
+    while count % 1024 == 0 and exponent < max(_BINARY_SUFFIXES):
+        count //= 1024
+        exponent += 1
+    return f"{count}{_BINARY_SUFFIXES[exponent]}"

@@ -333,6 +333,37 @@ def render_cpu_normalization(data: Mapping[str, Any], node_labels: Mapping[str, 
     return strategy, tuple(errors)
 
 
+def key_errors(data: Mapping[str, Any]) -> dict[str, str]:
+    """ConfigMap key -> why it is refused.  Validation does not depend on the node (every node entry is
+    checked), so one render with no labels finds every bad key."""
+    errors: dict[str, str] = {}
+    for key, text in data.items():
+        if not isinstance(text, str):
+            errors[key] = f"{key}: must be a string, got {type(text).__name__}"
+    _, problems = render_nodeslo(data, {})
+    _, colocation_problems = render_colocation(data, {})
+    for problem in (*problems, *colocation_problems):
+        text = str(problem)
+        found = next((k for k in data if text.startswith(k)), None)
+        if found is not None:
+            errors.setdefault(found, text)
+    return errors
+
+
+def keep_last_good(good: Mapping[str, str], data: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """The ConfigMap data to render from after ``data`` replaced the one whose good keys were ``good``, and
+    the refused keys with why.
+
+    A refused key keeps its text from ``good`` (or, never good, is left out so it renders its defaults): a
+    typo in one key does not change the NodeSLO in force, while the other keys of the same edit still apply."""
+    errors = key_errors(data)
+    kept = {key: text for key, text in data.items() if key not in errors and isinstance(text, str)}
+    for key in errors:
+        if key in good:
+            kept[key] = good[key]
+    return kept, errors
+
+
 def configmap_data_from_yaml(text: str) -> dict[str, str]:
     """The ``data`` of a ConfigMap written as YAML: a full manifest, a ``data:``-only patch, or bare data keys.
 

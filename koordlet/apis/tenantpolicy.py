@@ -29,7 +29,7 @@ Keys checked by value for every pod:
   made).
 
 Core-scheduling group ids are namespace-qualified where groups are formed
-(:mod:`koordlet.qosmanager.plugins.coresched.rules`), so no key needs refusing there.
+(:mod:`koordlet.isolation.coresched.rules`), so no key needs refusing there.
 """
 
 from __future__ import annotations

@@ -1,1 +1,2 @@
-"""Command-line entry points: ``koordlet`` (the daemon) and ``koordctl`` (the operator's tool)."""
+"""Command-line entry points: ``koordlet`` (the daemon, which :mod:`koordlet.daemon` builds and runs) and
+``koordctl`` (the operator's tool).  Argument parsing only."""

@@ -25,11 +25,11 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Final, Protocol, TextIO
 
-from koordlet.cli.common import add_host_root_flags, add_version_flag, host_root_overrides
 from koordlet.cli.debugclient import ApiError, DaemonDown, DaemonTimeout, DebugClient, PermissionDenied
 from koordlet.cli.koordctl_cmds import completion, render
 from koordlet.cli.koordctl_cmds.commands import COMMANDS, Command
 from koordlet.cli.koordctl_cmds.flags import add_daemon_flags, add_output_flag, resolve_socket
+from koordlet.config.flags import add_host_root_flags, host_root_overrides, new_parser
 from koordlet.errors import KoordletError
 from koordlet.version import __version__
 
@@ -78,8 +78,7 @@ ProbeAll = Callable[[Any], Sequence[Probe]]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="koordctl", description="Inspect koordlet and the host it runs on.")
-    add_version_flag(parser, "koordctl")
+    parser = new_parser("koordctl", "Inspect koordlet and the host it runs on.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     doctor = commands.add_parser(
         "doctor",
@@ -125,14 +124,25 @@ def format_table(probes: Sequence[Probe]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _host_probe_all() -> ProbeAll:
+    """koordlet's probes over the C core, or without it where it cannot be loaded (the probes that need it
+    then say why)."""
+    from koordlet.system.probes import probe_all
+
+    try:
+        from koordlet import native
+    except ImportError as exc:  # NativeBuildMismatch is an ImportError too
+        reason = str(exc)
+        return lambda paths: probe_all(paths, None, native_error=reason)
+    return lambda paths: probe_all(paths, native)
+
+
 def doctor(args: argparse.Namespace, out: TextIO, probe_all: ProbeAll | None = None) -> int:
     """Run the probes and print them; ``probe_all`` defaults to koordlet's own."""
     from koordlet.system.hostpaths import HostPaths
 
     if probe_all is None:
-        from koordlet.system.probes import probe_all as system_probe_all
-
-        probe_all = system_probe_all
+        probe_all = _host_probe_all()
     paths = HostPaths(**host_root_overrides(args))
     probes = probe_all(paths)
     fmt = "json" if args.json else args.output

@@ -251,7 +251,7 @@ class Companion:
         try:
             pod = pod_from_json(obj)
         except KoordletError as exc:
-            log.warning("pod skipped: %s", exc)
+            log.warning("pod skipped", extra={"reason": str(exc)})
             return
         if not pod.node_name:
             return
@@ -262,7 +262,7 @@ class Companion:
             else:
                 self.store.assign_pod(pod.node_name, obj)
         except KoordletError as exc:
-            log.warning("pod %s not estimated: %s", pod.key, exc)
+            log.warning("pod not estimated", extra={"pod": pod.key, "reason": str(exc)})
         with self._lock:
             state = self._nodes.setdefault(pod.node_name, _NodeState())
             pods = state.pods if state.pods is not None else {}
@@ -284,13 +284,14 @@ class Companion:
             bound = self._pod_nodes.get((namespace, name))
         if bound != node:
             # One answer for a pod elsewhere and for no such pod: the caller learns nothing about other nodes.
-            log.warning("eviction of pod %s/%s refused: asked for by node %s, bound to %s", namespace, name, node,
-                        bound or "no node")
+            log.warning("eviction refused: pod not on the asking node",
+                        extra={"pod": f"{namespace}/{name}", "node": node, "bound_to": bound or "no node"})
             raise EvictionRefused(f"pod {namespace}/{name} is not on node {node}")
         self.limiter.acquire(node)
         evicted = False
         try:
-            log.info("evicting pod %s/%s for node %s: %s: %s", namespace, name, node, reason, message)
+            log.info("evicting pod", extra={"pod": f"{namespace}/{name}", "node": node, "reason": reason,
+                                            "detail": message})
             result = kube.evict_pod(self._api, namespace, name)
             evicted = result is kube.EvictionResult.EVICTED
         finally:
@@ -332,7 +333,8 @@ class Companion:
                 try:
                     self._write(node, kinds)
                 except Exception as exc:  # one node's failed write must not stop the others; retried later
-                    log.warning("write for node %s failed (%s): %s", node, ",".join(sorted(kinds)), exc)
+                    log.warning("write for node failed, retried", extra={"node": node, "kinds": ",".join(sorted(kinds)),
+                                                                         "error": str(exc)})
                     with self._lock:
                         self._pending.setdefault(node, set()).update(kinds)
                     self._stop.wait(1.0)
@@ -355,10 +357,11 @@ class Companion:
                     if applied is not kube.ApplyResult.DEFERRED:
                         with self._lock:
                             state.written, state.written_at = result.values, now
-                        log.info("node %s batch resources: %s", node, result.reason)
+                        log.info("node batch resources", extra={"node": node, "reason": result.reason})
             elif result is not None and self._api is None:
-                log.info("node %s batch resources (not written: no Kubernetes): cpu %s milli, memory %s bytes",
-                         node, result.batch_cpu_milli, result.batch_memory_bytes)
+                log.info("node batch resources not written: no Kubernetes",
+                         extra={"node": node, "batch_cpu_milli": result.batch_cpu_milli,
+                                "batch_memory_bytes": result.batch_memory_bytes})
         if not self._leading:
             return
         if "slo" in kinds and (rendered := self.controller.spec_for(node)) is not None:
@@ -462,7 +465,8 @@ class Companion:
                         data = configmap_data_from_yaml(f.read())
                     self.set_configmap(data, f"file:{path}")
             except (OSError, KoordletError) as exc:
-                log.error("slo-controller-config file %s unusable, last good kept: %s", path, exc)
+                log.error("slo-controller-config file unusable, last good kept",
+                          extra={"path": str(path), "error": str(exc)})
             self._stop.wait(CONFIG_POLL_SECONDS)
 
     def stop(self) -> None:

@@ -40,7 +40,7 @@ from koordlet.apis.pod import Pod
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.apis.sloconfig import ColocationStrategy, default_colocation_strategy
 from koordlet.errors import ParseError
-from koordlet.system.validators import CpuList
+from koordlet.system.validators import parse_cpulist
 
 POLICY_USAGE: Final = "usage"
 POLICY_REQUEST: Final = "request"
@@ -210,24 +210,17 @@ class BatchResult:
 # ---------------------------------------------------------------------------------------------- parsing
 
 def parse_cpuset(text: str) -> frozenset[int]:
-    """A Linux cpu list (``"0-3,8"``) as k8s ``cpuset.Parse`` reads it; raises ValueError on bad input."""
-    cpus: set[int] = set()
-    if text == "":
-        return frozenset()
-    for part in text.split(","):
-        bounds = part.split("-")
-        if len(bounds) > 2 or not all(b.isascii() and b.isdigit() for b in bounds):
-            raise ValueError(f"invalid cpu list {text!r}: bad element {part!r}")
-        start, end = int(bounds[0]), int(bounds[-1])
-        if start > end:
-            raise ValueError(f"invalid cpu list {text!r}: range {part!r} is reversed")
-        # A node annotation is anyone's with node edit rights: "0-99999999999" would fill the memory.
-        if end > CpuList.MAX_ID:
-            raise ValueError(f"invalid cpu list {text!r}: cpu id {end} above {CpuList.MAX_ID}")
-        cpus.update(range(start, end + 1))
-    return frozenset(cpus)
+    """A Linux cpu list (``"0-3,8"``) as k8s ``cpuset.Parse`` reads it; raises ValueError on bad input.
 
-
+    The grammar is the kernel list syntax koordlet reads everywhere, minus what Go's ``strconv.Atoi`` refuses:
+    blanks and non-ASCII digits.  The id bound matters here because a node annotation is anyone's with node
+    edit rights, and "0-99999999999" would fill the memory."""
+    if not text.isascii() or any(c.isspace() for c in text):
+        raise ValueError(f"invalid cpu list {text!r}: only ASCII digits, '-' and ','")
+    try:
+        return frozenset(parse_cpulist(text))
+    except ValueError as exc:
+        raise ValueError(f"invalid cpu list {text!r}: {exc}") from None
 
 
 def parse_node_reservation(node_name: str, annotations: Mapping[str, str]) -> CPUMemory | None:

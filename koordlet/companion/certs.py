@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 
-from koordlet.companion.kube import REQUEST_TIMEOUT_SECONDS, KubeApiError, call_json
+from koordlet.companion.kube.client import REQUEST_TIMEOUT_SECONDS, KubeApiError, call_json
 from koordlet.errors import KoordletError
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,8 @@ def ensure_serving_secret(
                     raise CertificateError(
                         f"Secret {namespace}/{name} is not managed by koord-companion (no {MANAGED_BY} annotation) "
                         f"and cannot serve: {problem}; fix it, or delete it to have one made") from None
-                log.warning("serving Secret %s/%s is replaced: %s", namespace, name, problem)
+                log.warning("serving Secret is replaced",
+                            extra={"namespace": namespace, "secret": name, "reason": str(problem)})
             else:
                 return found.cert_pem, found.key_pem, found.ca_pem
         made = issue(names, moment)
@@ -103,11 +104,12 @@ def ensure_serving_secret(
         try:
             if current is None:
                 call_json(core.create_namespaced_secret, namespace, body, timeout=timeout_seconds)
-                log.info("serving Secret %s/%s created (self-signed CA, names %s)", namespace, name,
-                         ", ".join(names))
+                log.info("serving Secret created with a self-signed CA",
+                         extra={"namespace": namespace, "secret": name, "names": ", ".join(names)})
             else:
                 call_json(core.replace_namespaced_secret, name, namespace, body, timeout=timeout_seconds)
-                log.info("serving Secret %s/%s renewed (names %s)", namespace, name, ", ".join(names))
+                log.info("serving Secret renewed", extra={"namespace": namespace, "secret": name,
+                                                          "names": ", ".join(names)})
         except KubeApiError as err:
             if err.status == 409:  # another replica wrote first: use (or check) the winner's
                 continue

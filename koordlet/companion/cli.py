@@ -20,7 +20,6 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from koordlet.cli.common import add_version_flag
 from koordlet.companion.api import DEFAULT_MAX_CONCURRENT_RPCS
 from koordlet.companion.auth import (
     AUTH_MODES,
@@ -36,6 +35,7 @@ from koordlet.companion.ratelimit import (
     DEFAULT_RATE,
     RateLimit,
 )
+from koordlet.config.flags import new_parser
 from koordlet.errors import KoordletError
 
 if TYPE_CHECKING:
@@ -59,12 +59,8 @@ def _bool(text: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="koord-companion",
-        description="Cluster-side controller for koordlet: NodeSLO from slo-controller-config, batch "
-        "resources, load-aware scheduler extender.",
-    )
-    add_version_flag(parser, "koord-companion")
+    parser = new_parser("koord-companion", "Cluster-side controller for koordlet: NodeSLO from "
+                        "slo-controller-config, batch resources, load-aware scheduler extender.")
     parser.add_argument("--grpc-addr", default=":9320", help="address koordlets report to and watch NodeSLO on")
     parser.add_argument("--extender-addr", default=":9321", help="kube-scheduler extender HTTP address")
     parser.add_argument("--metrics-addr", default=":9322", help="Prometheus /metrics address (empty: none); "

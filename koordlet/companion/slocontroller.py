@@ -26,6 +26,7 @@ from koordlet.apis.sloconfig import (
     COLOCATION_CONFIG_KEY,
     ColocationStrategy,
     default_colocation_strategy,
+    keep_last_good,
     render_colocation,
     render_nodeslo,
 )
@@ -63,13 +64,8 @@ class SLOController:
     def set_configmap(self, data: Mapping[str, Any], origin: str) -> dict[str, str]:
         """Takes a new ConfigMap ``data``; returns the keys that were refused and why (their last good
         text stays in force)."""
-        errors = _key_errors(data)
         with self._lock:
-            good = {key: text for key, text in data.items() if key not in errors and isinstance(text, str)}
-            for key in errors:
-                if key in self._good:
-                    good[key] = self._good[key]
-            self._good = good
+            self._good, errors = keep_last_good(self._good, data)
             self._errors = errors
             self._origin = origin
             changed = self._render(self._nodes)
@@ -147,21 +143,4 @@ class SLOController:
                 listener(nodes)
             except Exception:  # a listener's bug must not stop the others from hearing about the change
                 log.exception("NodeSLO listener failed")
-
-
-def _key_errors(data: Mapping[str, Any]) -> dict[str, str]:
-    """Key -> why it is refused.  Validation does not depend on the node (every nodeStrategies entry is
-    checked), so one render with no labels finds every bad key."""
-    errors: dict[str, str] = {}
-    for key, text in data.items():
-        if not isinstance(text, str):
-            errors[key] = f"{key}: must be a string, got {type(text).__name__}"
-    _, problems = render_nodeslo(data, {})
-    _, colocation_problems = render_colocation(data, {})
-    for problem in (*problems, *colocation_problems):
-        text = str(problem)
-        found = next((k for k in data if text.startswith(k)), None)
-        if found is not None:
-            errors.setdefault(found, text)
-    return errors
 

@@ -19,30 +19,15 @@ from typing import Any
 
 import yaml
 
+from koordlet.apis.duration import parse_seconds_or_duration
 from koordlet.config import gates
 from koordlet.config.types import Config, WorkloadConfig
 from koordlet.errors import ConfigError
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?$")
 
 
 def camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(word.capitalize() for word in rest)
-
-
-def parse_duration(text: str) -> float:
-    """Go-style durations ("10s", "1m30s", "12h", "500ms") or plain seconds ("10", "2.5")."""
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    match = _DURATION.match(text)
-    if not text or match is None or not any(match.groups()):
-        raise ValueError(f"not a duration: {text!r} (use e.g. 10s, 1m30s, 12h)")
-    hours, minutes, seconds, millis = (float(g) if g else 0.0 for g in match.groups())
-    return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
 @functools.cache
@@ -66,7 +51,7 @@ def _leaf(path: str, kind: Any, meta: Mapping[str, Any], raw: Any) -> Any:
                 return raw
         elif kind is float:
             if from_flag or (isinstance(raw, str) and meta.get("duration")):
-                return parse_duration(raw) if meta.get("duration") else float(raw)
+                return parse_seconds_or_duration(raw) if meta.get("duration") else float(raw)
             if isinstance(raw, int | float) and not isinstance(raw, bool):
                 return float(raw)
         elif kind is str:

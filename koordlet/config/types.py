@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from koordlet.debugapi.contract import DEFAULT_SOCKET as DEFAULT_DEBUG_SOCKET
+from koordlet.config.flags import DEFAULT_DEBUG_SOCKET
 
 Check = Callable[[Any], str | None]
 

@@ -48,7 +48,10 @@ from __future__ import annotations
 
 from typing import Final
 
-DEFAULT_SOCKET: Final = "/var/run/koordlet/debug.sock"
+from koordlet.config.flags import DEFAULT_DEBUG_SOCKET
+
+DEFAULT_SOCKET: Final = DEFAULT_DEBUG_SOCKET
+
 SOCKET_PATH_MAX: Final = 107
 """``sun_path`` holds 108 bytes, the terminating NUL included."""
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
-import threading
 from collections.abc import Callable
 
+from koordlet.component import Worker
 from koordlet.metriccache.cache import MetricCache
 
 log = logging.getLogger(__name__)
@@ -18,9 +19,12 @@ class MetricCacheComponent:
         self.cache = cache
         self._interval = flush_interval_seconds
         self._prune_every = prune_every
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("koordlet-metriccache")
         self.flush_errors = 0
+
+    @property
+    def running(self) -> bool:
+        return self._worker.running
 
     def flush_once(self, prune: bool = False) -> None:
         try:
@@ -34,18 +38,15 @@ class MetricCacheComponent:
                 log.exception("metric store flush failed", extra={"failures": self.flush_errors})
 
     def start(self, on_failure: Callable[[BaseException], None]) -> None:
-        def loop() -> None:
-            rounds = 0
-            while not self._stop.wait(self._interval):
-                rounds += 1
-                self.flush_once(prune=rounds % self._prune_every == 0)
+        rounds = itertools.count(1)
 
-        self._thread = threading.Thread(target=loop, name="koordlet-metriccache", daemon=True)
-        self._thread.start()
+        def flush() -> float:
+            self.flush_once(prune=next(rounds) % self._prune_every == 0)
+            return self._interval
+
+        self._worker.loop(flush, on_failure, first_wait=self._interval)
 
     def stop(self, timeout_seconds: float) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
+        self._worker.stop(timeout_seconds)
         self.flush_once()
         self.cache.disk.close()

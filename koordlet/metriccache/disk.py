@@ -146,16 +146,17 @@ class DiskStore:
                     continue
                 self.journal_mode = mode
                 if failures:
-                    log.warning("metric store %s: %s; using journal_mode=%s with an exclusive lock", self.path,
-                                "; ".join(failures), mode.upper())
+                    log.warning("metric store fell back to another journal mode with an exclusive lock",
+                                extra={"path": str(self.path), "failures": "; ".join(failures),
+                                       "journal_mode": mode.upper()})
                 return db
         return self._memory_only("; ".join(failures))
 
     def _memory_only(self, reason: str) -> sqlite3.Connection:
         self.journal_mode = MEMORY
         self.max_bytes = min(self.max_bytes, MEMORY_ONLY_MAX_BYTES)
-        log.error("metric store %s cannot be used (%s); keeping history in memory only (at most %d MiB) until "
-                  "koordlet restarts", self.path, reason, self.max_bytes >> 20)
+        log.error("metric store cannot be used; keeping history in memory only until koordlet restarts",
+                  extra={"path": str(self.path), "reason": reason, "max_mib": self.max_bytes >> 20})
         return self._connect(":memory:", MEMORY)
 
     def _connect_or_move_aside(self, mode: str) -> sqlite3.Connection:
@@ -175,7 +176,8 @@ class DiskStore:
             source = Path(f"{self.path}{suffix}")
             if source.exists():
                 source.rename(Path(f"{aside}{suffix}"))
-        log.error("metric store %s is %s; moved to %s with its history, starting empty", self.path, problem, aside)
+        log.error("metric store moved aside with its history, starting empty",
+                  extra={"path": str(self.path), "problem": problem, "moved_to": str(aside)})
 
     def _connect(self, target: str, mode: str) -> sqlite3.Connection:
         self._series_ids.clear()
@@ -228,15 +230,15 @@ class DiskStore:
             else:
                 self._db = self._open()
             return
-        self._streak.fail(_kind(exc), "metric store %s: %s failed: %s; dropping history writes and answering "
-                          "reads from memory until the store works again", self.path, action, _describe(exc),
-                          extra={"path": str(self.path)})
+        self._streak.fail(_kind(exc), "metric store failing; dropping history writes and answering reads from "
+                          "memory until it works again",
+                          extra={"path": str(self.path), "action": action, "error": _describe(exc)})
 
     def _written(self) -> None:
         """Ends a failure streak: called after a history write (the frequent one) succeeded, so that a small
         KV write fitting on an otherwise full disk does not end and restart the streak every report."""
-        self._streak.ok("metric store %s works again; %d history chunks dropped since it opened", self.path,
-                        self.dropped_chunks, extra={"path": str(self.path)})
+        self._streak.ok("metric store works again",
+                        extra={"path": str(self.path), "dropped_chunks": self.dropped_chunks})
 
     @property
     def failing(self) -> str | None:
@@ -250,7 +252,7 @@ class DiskStore:
             try:
                 self._db.execute("ROLLBACK")
             except sqlite3.Error as exc:
-                log.debug("metric store %s: rollback failed: %s", self.path, _describe(exc))
+                log.debug("metric store rollback failed", extra={"path": str(self.path), "error": _describe(exc)})
 
     # -------------------------------------------------------------------------------------- series
 
@@ -308,7 +310,7 @@ class DiskStore:
             try:
                 chunk_t, chunk_v = decode_chunk(blob, n)
             except (zlib.error, ValueError) as exc:
-                log.warning("skipping a damaged history chunk of %s: %s", key, exc)
+                log.warning("skipping a damaged history chunk", extra={"series": key, "error": str(exc)})
                 continue
             for t, v in zip(chunk_t, chunk_v, strict=True):
                 if start <= t <= end and (not times or t > times[-1]):
@@ -381,7 +383,7 @@ class DiskStore:
         try:
             return json.loads(row[0])
         except json.JSONDecodeError as exc:
-            log.warning("stored value %r is not JSON (%s); ignoring it", key, exc)
+            log.warning("stored value is not JSON; ignoring it", extra={"key": key, "error": str(exc)})
             return None
 
     def kv_delete(self, key: str) -> None:

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from koordlet.metrics import labels
 from koordlet.metrics.buckets import exponential_buckets
+from koordlet.resourceexecutor.sink import WriteSink
 
 RESOURCE_UPDATE_DURATION: Final = labels.PREFIX + "resource_update_duration_milliseconds"
 # Koordinator's status values for this metric differ from the common succeeded/failed.
@@ -18,8 +19,8 @@ STATUS_FAILED: Final = "failed"
 DURATION_BUCKETS: Final = exponential_buckets(0.01, 4, 8)
 
 
-class ResourceExecutorMetrics:
-    """Facade the resource executor reports each write through."""
+class ResourceExecutorMetrics(WriteSink):
+    """The executors' :class:`~koordlet.resourceexecutor.sink.WriteSink`: one histogram observation per write."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._duration = Histogram(RESOURCE_UPDATE_DURATION, "time duration of resource update such as cgroup files",

@@ -22,6 +22,16 @@ POD_NAMESPACE: Final = "pod_namespace"
 CONTAINER_ID: Final = "container_id"
 CONTAINER_NAME: Final = "container_name"
 
+# Keys of one metric family each (PSI; BE suppression, evictions, strategy timings).
+PSI_RESOURCE_TYPE: Final = "psi_resource_type"
+PSI_PRECISION: Final = "psi_precision"
+PSI_DEGREE: Final = "psi_degree"
+CPU_FULL_SUPPORTED: Final = "cpu_full_supported"
+SUPPRESS_TYPE: Final = "type"
+REASON: Final = "reason"
+STRATEGY: Final = "strategy"
+KOORD_POD_NAME: Final = "koord_pod_name"
+
 SUCCEEDED: Final = "succeeded"
 FAILED: Final = "failed"
 

@@ -16,30 +16,21 @@ from prometheus_client.core import GaugeMetricFamily
 from koordlet.metriccache import names
 from koordlet.metriccache.cache import Labels, labels_of
 from koordlet.metrics import labels
-from koordlet.metrics.sources import LatestSamples, PodLister, ScrapeCollector, pod_label_values, running_containers
+from koordlet.metrics.sources import ContainerRef, PodScrapeCollector, Row
+from koordlet.statesinformer.framework import PodMeta
 
 POD_PSI: Final = labels.PREFIX + "pod_psi"
 CONTAINER_PSI: Final = labels.PREFIX + "container_psi"
 
-PSI_RESOURCE_TYPE: Final = "psi_resource_type"
-PSI_PRECISION: Final = "psi_precision"
-PSI_DEGREE: Final = "psi_degree"
-CPU_FULL_SUPPORTED: Final = "cpu_full_supported"
-_PSI_LABELS: Final = (PSI_RESOURCE_TYPE, PSI_PRECISION, PSI_DEGREE, CPU_FULL_SUPPORTED)
+_PSI_LABELS: Final = (labels.PSI_RESOURCE_TYPE, labels.PSI_PRECISION, labels.PSI_DEGREE, labels.CPU_FULL_SUPPORTED)
 
 PRECISION_AVG10: Final = "avg10"
 _RESOURCE_TYPES: Final = (("cpu", "cpu"), ("memory", "mem"), ("io", "io"))
 """(the cache's ``resource`` label, Koordinator's ``psi_resource_type``)."""
 
 
-class PSICollector(ScrapeCollector):
+class PSICollector(PodScrapeCollector):
     """``koordlet_pod_psi`` and ``koordlet_container_psi`` for the informer's current pods."""
-
-    def __init__(self, cache: LatestSamples, pods: PodLister, node_name: str, max_age_seconds: float) -> None:
-        super().__init__(node_name)
-        self._cache = cache
-        self._pods = pods
-        self._max_age = max_age_seconds
 
     def _families(self) -> tuple[GaugeMetricFamily, ...]:
         return (
@@ -48,19 +39,13 @@ class PSICollector(ScrapeCollector):
                               labels=[*labels.CONTAINER_LABELS, *_PSI_LABELS]),
         )
 
-    def _fill(self, families: tuple[GaugeMetricFamily, ...]) -> None:
-        pod_family, container_family = families
-        for meta in self._pods.pods():
-            pod = pod_label_values(meta)
-            for psi_labels, value in self._records(names.POD_PSI, labels_of(pod=meta.uid)):
-                pod_family.add_metric([self._node, *pod, *psi_labels], value)
-            for container in running_containers(meta):
-                key = labels_of(pod=meta.uid, container=container.bare_id)
-                for psi_labels, value in self._records(names.CONTAINER_PSI, key):
-                    container_family.add_metric([self._node, container.label_id, container.name, *pod, *psi_labels],
-                                                value)
+    def _pod_rows(self, meta: PodMeta) -> Iterator[Row]:
+        return self._records(names.POD_PSI, labels_of(pod=meta.uid))
 
-    def _records(self, series: str, owner: Labels) -> Iterator[tuple[tuple[str, ...], float]]:
+    def _container_rows(self, meta: PodMeta, container: ContainerRef) -> Iterator[Row]:
+        return self._records(names.CONTAINER_PSI, labels_of(pod=meta.uid, container=container.bare_id))
+
+    def _records(self, series: str, owner: Labels) -> Iterator[Row]:
         for cache_resource, resource_type in _RESOURCE_TYPES:
             base = dict(owner, resource=cache_resource)
             some = self._cache.latest(series, labels_of(base, kind="some"), self._max_age)

@@ -30,10 +30,6 @@ POD_EVICTION: Final = labels.PREFIX + "pod_eviction"
 POD_EVICTION_DETAIL: Final = labels.PREFIX + "pod_eviction_detail"
 CONTAINER_SCALED_CFS_QUOTA: Final = labels.PREFIX + "container_scaled_cfs_quota_us"
 STRATEGY_DURATION: Final = labels.PREFIX + "qos_strategy_duration_milliseconds"
-SUPPRESS_TYPE: Final = "type"
-REASON: Final = "reason"
-STRATEGY: Final = "strategy"
-KOORD_POD_NAME: Final = "koord_pod_name"
 DETAIL_EXPIRE_SECONDS: Final = 300.0
 """Koordinator's ``DefaultExpireTime`` for per-pod eviction series."""
 # 0.1 ms .. 1.6 s by x4: a round over 1,000 containers should stay under 10 ms.
@@ -50,19 +46,20 @@ class QoSMetrics:
         self._detail_at: dict[tuple[str, str, str, str], float] = {}
         """Label values of each eviction detail series -> when it was last incremented."""
         self._suppress = Gauge(BE_SUPPRESS_CPU, "Number of cores suppress by koordlet",
-                               [labels.NODE, SUPPRESS_TYPE], registry=registry)
+                               [labels.NODE, labels.SUPPRESS_TYPE], registry=registry)
         self._ls_used = Gauge(BE_SUPPRESS_LS_USED_CPU, "Number of cpu cores used by LS (non-BE pods and "
                               "pods without metadata)", [labels.NODE], registry=registry)
         self._eviction = Gauge(POD_EVICTION, "Number of eviction launched by koordlet",
-                               [labels.NODE, REASON], registry=registry)
+                               [labels.NODE, labels.REASON], registry=registry)
         self._eviction_detail = Gauge(POD_EVICTION_DETAIL, "evict detail launched by koordlet",
-                                      [labels.NODE, labels.POD_NAMESPACE, labels.POD_NAME, REASON], registry=registry)
+                                      [labels.NODE, labels.POD_NAMESPACE, labels.POD_NAME, labels.REASON],
+                                      registry=registry)
         self._scaled_quota = Gauge(CONTAINER_SCALED_CFS_QUOTA, "Run-time replenished within a period (in "
                                    "microseconds) in container-level set by koordlet",
-                                   [labels.NODE, labels.POD_NAMESPACE, labels.POD_NAME, KOORD_POD_NAME,
+                                   [labels.NODE, labels.POD_NAMESPACE, labels.POD_NAME, labels.KOORD_POD_NAME,
                                     labels.CONTAINER_ID, labels.CONTAINER_NAME], registry=registry)
         self._duration = Histogram(STRATEGY_DURATION, "time of one QoS strategy round",
-                                   [STRATEGY, labels.STATUS], registry=registry, buckets=DURATION_BUCKETS)
+                                   [labels.STRATEGY, labels.STATUS], registry=registry, buckets=DURATION_BUCKETS)
 
     def be_suppress_cores(self, policy: str, cores: float) -> None:
         self._suppress.labels(self._node, policy).set(cores)

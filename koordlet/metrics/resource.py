@@ -9,6 +9,7 @@ labelled after Koordinator's per-container metrics (``koordlet_container_resourc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Final
 
 from prometheus_client.core import GaugeMetricFamily
@@ -16,7 +17,8 @@ from prometheus_client.core import GaugeMetricFamily
 from koordlet.metriccache import names
 from koordlet.metriccache.cache import labels_of
 from koordlet.metrics import labels
-from koordlet.metrics.sources import LatestSamples, PodLister, ScrapeCollector, pod_label_values, running_containers
+from koordlet.metrics.sources import ContainerRef, LatestSamples, PodScrapeCollector, Row, ScrapeCollector
+from koordlet.statesinformer.framework import PodMeta
 
 NODE_USED_CPU: Final = labels.PREFIX + "node_used_cpu_cores"
 NODE_USED_MEMORY: Final = labels.PREFIX + "node_used_memory_bytes"
@@ -51,15 +53,9 @@ class NodeUsageCollector(ScrapeCollector):
                 family.add_metric([self._node], sample[1])
 
 
-class PodUsageCollector(ScrapeCollector):
+class PodUsageCollector(PodScrapeCollector):
     """``koordlet_pod_resource_usage`` and ``koordlet_container_resource_usage`` for the informer's current
     pods, from samples no older than ``max_age_seconds``."""
-
-    def __init__(self, cache: LatestSamples, pods: PodLister, node_name: str, max_age_seconds: float) -> None:
-        super().__init__(node_name)
-        self._cache = cache
-        self._pods = pods
-        self._max_age = max_age_seconds
 
     def _families(self) -> tuple[GaugeMetricFamily, ...]:
         return (
@@ -69,18 +65,16 @@ class PodUsageCollector(ScrapeCollector):
                               labels=[*labels.CONTAINER_LABELS, labels.RESOURCE, labels.UNIT]),
         )
 
-    def _fill(self, families: tuple[GaugeMetricFamily, ...]) -> None:
-        pod_family, container_family = families
-        for meta in self._pods.pods():
-            pod = pod_label_values(meta)
-            for resource, unit, pod_series, _ in _USAGE:
-                sample = self._cache.latest(pod_series, labels_of(pod=meta.uid), self._max_age)
-                if sample is not None:
-                    pod_family.add_metric([self._node, *pod, resource, unit], sample[1])
-            for container in running_containers(meta):
-                key = labels_of(pod=meta.uid, container=container.bare_id)
-                for resource, unit, _, container_series in _USAGE:
-                    sample = self._cache.latest(container_series, key, self._max_age)
-                    if sample is not None:
-                        container_family.add_metric(
-                            [self._node, container.label_id, container.name, *pod, resource, unit], sample[1])
+    def _pod_rows(self, meta: PodMeta) -> Iterator[Row]:
+        key = labels_of(pod=meta.uid)
+        for resource, unit, pod_series, _ in _USAGE:
+            sample = self._cache.latest(pod_series, key, self._max_age)
+            if sample is not None:
+                yield (resource, unit), sample[1]
+
+    def _container_rows(self, meta: PodMeta, container: ContainerRef) -> Iterator[Row]:
+        key = labels_of(pod=meta.uid, container=container.bare_id)
+        for resource, unit, _, container_series in _USAGE:
+            sample = self._cache.latest(container_series, key, self._max_age)
+            if sample is not None:
+                yield (resource, unit), sample[1]

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from koordlet.component import alive
 from koordlet.errors import ConfigError
 from koordlet.metrics.registry import PATH_METRICS, KoordletMetrics
 from koordlet.system.httpserver import LimitedHTTPServer, LimitedRequestHandler, ServerLimits
@@ -129,6 +130,10 @@ class MetricsServer:
             return self._host, self._port
         host, port = self._server.server_address[:2]
         return str(host), int(port)
+
+    @property
+    def running(self) -> bool:
+        return alive(self._thread)
 
     def start(self, on_failure: Callable[[BaseException], None] | None = None) -> None:
         if self._server is not None:

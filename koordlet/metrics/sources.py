@@ -9,7 +9,7 @@ bounded by the pods on the node: nothing has to remember to delete a label set.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -85,3 +85,37 @@ class ScrapeCollector(abc.ABC):
         families = self._families()
         self._fill(families)
         return list(families)
+
+
+Row = tuple[tuple[str, ...], float]
+"""The label values after a series' owner labels, and the sample value."""
+
+
+class PodScrapeCollector(ScrapeCollector):
+    """A pod family and a container family over the informer's current pods, from samples no older than
+    ``max_age_seconds``: subclasses say which rows each pod and each running container has."""
+
+    def __init__(self, cache: LatestSamples, pods: PodLister, node_name: str, max_age_seconds: float) -> None:
+        super().__init__(node_name)
+        self._cache = cache
+        self._pods = pods
+        self._max_age = max_age_seconds
+
+    @abc.abstractmethod
+    def _pod_rows(self, meta: PodMeta) -> Iterable[Row]:
+        """The pod's rows (labels after ``node`` and the pod labels)."""
+
+    @abc.abstractmethod
+    def _container_rows(self, meta: PodMeta, container: ContainerRef) -> Iterable[Row]:
+        """The container's rows (labels after ``node``, the container and the pod labels)."""
+
+    def _fill(self, families: tuple[GaugeMetricFamily, ...]) -> None:
+        pod_family, container_family = families
+        for meta in self._pods.pods():
+            pod = pod_label_values(meta)
+            for row_labels, value in self._pod_rows(meta):
+                pod_family.add_metric([self._node, *pod, *row_labels], value)
+            for container in running_containers(meta):
+                for row_labels, value in self._container_rows(meta, container):
+                    container_family.add_metric(
+                        [self._node, container.label_id, container.name, *pod, *row_labels], value)

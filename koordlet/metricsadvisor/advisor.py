@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from koordlet.component import Worker
 from koordlet.metricsadvisor.framework import Collector, FileGroup, Options
 from koordlet.streaklog import Streak
 
@@ -46,8 +46,7 @@ class MetricsAdvisor:
         self._errors: dict[tuple[str, str], int] = {}
         self._streaks: dict[tuple[str, str], Streak] = {}
         """(collector, method) -> its failure streak."""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("koordlet-metricsadvisor")
         self.ticks = 0
 
     @property
@@ -99,20 +98,14 @@ class MetricsAdvisor:
     def errors(self) -> dict[tuple[str, str], int]:
         return dict(self._errors)
 
-    def start(self, on_failure: Callable[[BaseException], None]) -> None:
-        def loop() -> None:
-            try:
-                while not self._stop.is_set():
-                    self._stop.wait(self.run_once())
-            except BaseException as exc:  # the loop itself broke: the daemon must know
-                on_failure(exc)
+    @property
+    def running(self) -> bool:
+        return self._worker.running
 
-        self._thread = threading.Thread(target=loop, name="koordlet-metricsadvisor", daemon=True)
-        self._thread.start()
+    def start(self, on_failure: Callable[[BaseException], None]) -> None:
+        self._worker.loop(self.run_once, on_failure)
 
     def stop(self, timeout_seconds: float) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
+        self._worker.stop(timeout_seconds)
         for group in self._groups.values():
             group.files.close()

@@ -1,4 +1,5 @@
-"""Which file holds which number, per cgroup version (Koordinator's usage math, facts §1)."""
+"""Which file holds which number, per cgroup version: Koordinator's usage math (cpuacct.usage or
+cpu.stat usage_usec for CPU; memory.stat's anon and unevictable pages, without page cache, for memory)."""
 
 from __future__ import annotations
 

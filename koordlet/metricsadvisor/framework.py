@@ -8,8 +8,9 @@ read).  Pod changes reach collectors in the runner's thread, never concurrently 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from koordlet import native
@@ -21,18 +22,41 @@ from koordlet.system.kubepaths import CgroupDriver
 from koordlet.system.layout import CgroupLayout
 
 
+def _clock_ticks_per_second() -> float:
+    return float(os.sysconf("SC_CLK_TCK"))
+
+
+@dataclass(frozen=True)
+class CollectorDeps:
+    """What every collector's ``new`` gets when the registry builds it: host constants fixed for the
+    process.  What depends on the daemon's config, cache and informer arrives later through
+    :class:`Options` in :meth:`Collector.setup`, so a collector can be built (and listed) before those exist."""
+
+    clock_ticks_per_second: float = field(default_factory=_clock_ticks_per_second)
+    """USER_HZ, the unit of /proc/stat's CPU times."""
+
+
 @dataclass(frozen=True)
 class Options:
-    """Dependencies handed to every collector (CONVENTIONS #4: injected, never imported singletons)."""
+    """Dependencies handed to every collector at setup; injected rather than imported, so tests hand in a
+    fake host, cache, informer and clock."""
 
     paths: HostPaths
+    """Where /proc and /sys are (node-level files: /proc/stat, /proc/meminfo, /proc/pressure)."""
     layout: CgroupLayout
+    """The host's cgroup hierarchies (pod, container and QoS-level files)."""
     driver: CgroupDriver
+    """kubelet's cgroup driver: how the QoS-level directories are named."""
     cache: MetricCache
+    """Where the samples go."""
     informer: StatesInformer
+    """The pods to collect for, and the node (CPI counts on its online CPUs)."""
     config: CollectorConfig
+    """Intervals and windows (``collector`` section of the config)."""
     gates: Mapping[str, bool]
+    """Feature gates in force; gated collectors check theirs in ``enabled``."""
     clock: Callable[[], float]
+    """Wall clock stamping samples (seconds since the epoch), as the metric cache expects."""
     kube_parent: str = ""
     """Where kubepods sits below the hierarchy roots (kubelet --cgroup-root)."""
     perf: Any = native

@@ -1,40 +1,34 @@
-"""The collectors koordlet knows, by name, in the order they run within a shared tick."""
+"""The collectors koordlet knows, in the order they run within a shared tick."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from koordlet import plugins
+from koordlet.errors import ConfigError
+from koordlet.metricsadvisor.collectors import (
+    beresource,
+    cpi,
+    noderesource,
+    podmemory,
+    podresource,
+    psi,
+    sysresource,
+    throttled,
+)
+from koordlet.metricsadvisor.framework import Collector, CollectorDeps
 
-from koordlet.metricsadvisor.collectors.beresource import BEResourceCollector
-from koordlet.metricsadvisor.collectors.cpi import CPICollector
-from koordlet.metricsadvisor.collectors.noderesource import NodeResourceCollector
-from koordlet.metricsadvisor.collectors.podmemory import PodMemoryCollector
-from koordlet.metricsadvisor.collectors.podresource import PodResourceCollector
-from koordlet.metricsadvisor.collectors.psi import PSICollector
-from koordlet.metricsadvisor.collectors.sysresource import SysResourceCollector
-from koordlet.metricsadvisor.collectors.throttled import ThrottledCollector
-from koordlet.metricsadvisor.framework import Collector
+KIND = "collector"
 
 # sysresource derives from noderesource and podresource samples of the same tick: it comes after them.
-FACTORIES: Sequence[tuple[str, Callable[[], Collector]]] = (
-    ("noderesource", NodeResourceCollector),
-    ("podresource", PodResourceCollector),
-    ("podmemory", PodMemoryCollector),
-    ("throttled", ThrottledCollector),
-    ("beresource", BEResourceCollector),
-    ("sysresource", SysResourceCollector),
-    ("psi", PSICollector),
-    ("cpi", CPICollector),
-)
+PLUGINS: tuple[plugins.Plugin[CollectorDeps, Collector], ...] = (
+    noderesource.PLUGIN, podresource.PLUGIN, podmemory.PLUGIN, throttled.PLUGIN, beresource.PLUGIN,
+    sysresource.PLUGIN, psi.PLUGIN, cpi.PLUGIN)
 
 
-def build_collectors() -> list[Collector]:
-    """One instance of every collector; a duplicate name is a programming error caught at start-up."""
-    names = [name for name, _ in FACTORIES]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError(f"duplicate collector names: {', '.join(duplicates)}")
-    collectors = [factory() for _, factory in FACTORIES]
-    for (name, _), collector in zip(FACTORIES, collectors, strict=True):
-        if collector.name != name:
-            raise ValueError(f"collector registered as {name!r} calls itself {collector.name!r}")
+def build_collectors(deps: CollectorDeps | None = None) -> list[Collector]:
+    """One instance of every collector (gated ones decide in ``enabled`` whether they run, so the advisor
+    can log them as disabled); a duplicate or misnamed plugin is a programming error caught at start-up."""
+    collectors = plugins.build(KIND, PLUGINS, deps if deps is not None else CollectorDeps())
+    for plugin, collector in zip(PLUGINS, collectors, strict=True):
+        if collector.name != plugin.name:
+            raise ConfigError(f"{KIND} registered as {plugin.name!r} calls itself {collector.name!r}")
     return collectors

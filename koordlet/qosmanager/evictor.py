@@ -59,7 +59,7 @@ class DryRunBackend:
     name = "dry-run"
 
     def evict(self, pod: PodMeta, reason: str, message: str) -> None:
-        log.warning("dry-run: would evict pod %s (%s): %s", pod.pod.key, reason, message)
+        log.warning("dry-run: pod not evicted", extra={"pod": pod.pod.key, "reason": reason, "detail": message})
 
 
 class KillBackend:
@@ -110,7 +110,8 @@ class KillBackend:
             except OSError as exc:
                 raise EvictionFailed(f"kill {pid} of pod {pod.pod.key}: {os.strerror(exc.errno or errno.EIO)}"
                                      ) from exc
-        log.warning("evicted pod %s (%s): killed %d process(es): %s", pod.pod.key, reason, killed, message)
+        log.warning("pod evicted: its processes killed",
+                    extra={"pod": pod.pod.key, "reason": reason, "killed": killed, "detail": message})
 
 
 class EvictionAPI(Protocol):
@@ -209,13 +210,13 @@ class Evictions:
         try:
             self.backend.evict(pod, reason, message)
         except (EvictionFailed, OSError) as exc:
-            self._failure_streak(pod.uid).fail(type(exc).__name__, "eviction of pod %s (%s) failed: %s", pod.pod.key,
-                                               reason, exc, level=logging.ERROR)
+            self._failure_streak(pod.uid).fail(type(exc).__name__, "pod eviction failed", level=logging.ERROR,
+                                               extra={"pod": pod.pod.key, "eviction": reason, "error": str(exc)})
             self._record(pod, reason, message, "failed", str(exc))
             return False
         streak = self._failing.pop(pod.uid, None)
         if streak is not None:
-            streak.ok("eviction of pod %s (%s) launched after failing", pod.pod.key, reason)
+            streak.ok("pod eviction launched after failing", extra={"pod": pod.pod.key, "eviction": reason})
         with self._lock:
             self._pending[pod.uid] = Pending(pod.uid, pod.pod.key, reason, self._clock())
         self._record(pod, reason, message, "evicted" if self.backend.name != "dry-run" else "dry-run", None)

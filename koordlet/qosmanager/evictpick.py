@@ -16,13 +16,16 @@ after a not-yet-evicted one still stops that one from being evicted for the same
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from koordlet.apis.extension import LABEL_EVICTION_ENABLED, PriorityClass, QoSClass
 from koordlet.apis.gojson import loads
+from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.pod import Pod
-from koordlet.qosmanager.framework import Options
+from koordlet.config import gates
+from koordlet.qosmanager.framework import Action, Decider, Decision, Options
 from koordlet.statesinformer.framework import PodMeta
 
 log = logging.getLogger(__name__)
@@ -108,6 +111,10 @@ class Candidate:
         return self.meta.pod.key
 
 
+MakeCandidate = Callable[[PodMeta, int], Candidate]
+"""A pod and the priority it is ranked by -> the candidate with this round's amounts."""
+
+
 @dataclass(frozen=True)
 class Task:
     """One trigger's eviction: release ``needed`` measured by ``target`` from ``candidates`` (in order)."""
@@ -187,3 +194,106 @@ def fmt_bytes(value: float) -> str:
         if abs(value) >= size:
             return f"{value / size:.1f} {unit}"
     return f"{value:.0f} B"
+
+
+def usage_victims(pods: Sequence[PodMeta], used: Mapping[str, float], limit: int, feature: str,
+                  candidate: MakeCandidate, ignored: list[str]) -> list[Candidate]:
+    """The victims of a usage trigger (CPUEvict, MemoryEvict): pods labelled eviction-enabled, priority at
+    most ``limit``, with a usage sample, in Koordinator's order (eviction-priority annotation, priority,
+    ``koordinator.sh/priority`` label, then the largest usage).  Pods whose eviction-policy annotation
+    refuses ``feature`` go to ``ignored`` with why."""
+    chosen: list[tuple[tuple[int, int, int, float, str], Candidate]] = []
+    for meta in pods:
+        pod = meta.pod
+        priority = priority_with_default(pod)
+        if not active(meta) or priority > limit or not eviction_enabled(pod) or meta.uid not in used:
+            continue
+        refusal = policy_refusal(pod, feature)
+        if refusal is not None:
+            ignored.append(f"{pod.key}: {refusal}")
+            continue
+        c = candidate(meta, priority)
+        chosen.append(((eviction_priority(pod), priority, label_priority(pod, priority), -c.amounts[USED], c.key), c))
+    chosen.sort(key=lambda item: item[0])
+    return [c for _, c in chosen]
+
+
+def be_victims(pods: Sequence[PodMeta], feature: str, candidate: MakeCandidate, ignored: list[str]
+               ) -> list[Candidate]:
+    """The active BE pods a BE trigger may evict, unsorted (each trigger ranks them its own way); pods
+    whose eviction-policy annotation refuses ``feature`` go to ``ignored`` with why."""
+    victims: list[Candidate] = []
+    for meta in pods:
+        if meta.qos is not QoSClass.BE or not active(meta):
+            continue
+        refusal = policy_refusal(meta.pod, feature)
+        if refusal is not None:
+            ignored.append(f"{meta.pod.key}: {refusal}")
+            continue
+        victims.append(candidate(meta, meta.pod.priority or 0))
+    return victims
+
+
+class EvictionStrategy:
+    """What the eviction strategies share: two triggers behind two feature gates (BE pods, and
+    eviction-enabled pods of any class), the NodeSLO switch, and a cooldown after a round that evicted."""
+
+    name: str
+    be_gate: str
+    usage_gate: str
+    off_summary: str
+    """The decision of a round switched off: evicted pods are not brought back, so there is nothing to undo."""
+
+    def __init__(self, options: Options, logger: logging.Logger, *, interval_seconds: float, cool_seconds: float,
+                 cool_from_start: bool) -> None:
+        self.options = options
+        self._decide = Decider(self.name, logger, options.clock)
+        self._interval_seconds = interval_seconds
+        self._cool_seconds = cool_seconds
+        self._cool_from_start = cool_from_start
+        self.last_eviction: float | None = options.clock() if cool_from_start else None
+        """When the last round that launched an eviction ran (the cooldown counts from it)."""
+
+    def interval(self) -> float:
+        return self._interval_seconds
+
+    def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
+        resting = self._resting(enabled)
+        return resting if resting is not None else self._round(slo, self.options.clock())
+
+    def _round(self, slo: NodeSLOSpec, now: float) -> Decision:
+        """A round that may evict: the strategy's own triggers."""
+        raise NotImplementedError
+
+    def enabled(self, slo: NodeSLOSpec) -> bool:
+        threshold = slo.resource_used_threshold_with_be
+        return ((self.gate(self.be_gate) or self.gate(self.usage_gate))
+                and threshold is not None and threshold.enable is True)
+
+    def gate(self, name: str) -> bool:
+        return gates.enabled(self.options.gates, name)
+
+    def _resting(self, enabled: bool) -> Decision | None:
+        """The decision of a round that cannot evict whatever the usage (switched off, or cooling down),
+        None when the round goes on."""
+        if not enabled:
+            return self._decide(Action.NONE, self.off_summary)
+        cool_seconds = self._cool_seconds
+        now = self.options.clock()
+        if self.last_eviction is None or now - self.last_eviction >= cool_seconds:
+            return None
+        age = now - self.last_eviction
+        since = "last eviction (or start)" if self._cool_from_start else "last eviction"
+        numbers: dict[str, Any] = {"last_eviction_age_seconds": age, "cool_time_seconds": cool_seconds}
+        return self._decide(Action.NONE, f"cooling down: {since} {age:.1f} s ago, cool time {cool_seconds:g} s",
+                            numbers)
+
+    def _evict(self, tasks: Iterable[Task], pods: Sequence[PodMeta], candidate: MakeCandidate, now: float
+               ) -> Outcome:
+        """Runs ``tasks`` with the pods still pending from earlier rounds counted first; a round that
+        evicted starts the cooldown."""
+        pending = [candidate(m, m.pod.priority or 0) for m in pending_pods(self.options, pods)]
+        outcome = evict(self.options, tasks, pending)
+        if outcome.evicted:
+            self.last_eviction = now
+        return outcome

@@ -1,7 +1,8 @@
 """What a QoS strategy is and what it gets (Koordinator ``pkg/koordlet/qosmanager/framework``).
 
 A strategy computes intents from the pods, the metric cache and the effective NodeSLO; it never writes a
-file itself (CONVENTIONS #14): cgroup values go to the resource executor, evictions to the evictor.  The
+file itself: cgroup values go to the resource executor (which validates, skips unchanged values and
+audits every write), evictions to the evictor.  The
 manager owns time: it calls :meth:`Strategy.run_once` at the strategy's interval, and tests call it
 directly with a fake clock.
 """
@@ -9,6 +10,8 @@ directly with a fake clock.
 from __future__ import annotations
 
 import collections
+import enum
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,11 +24,12 @@ from koordlet.qosmanager.evictor import Evictions
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import CgroupUpdate, Result
 from koordlet.statesinformer.framework import StatesInformer
+from koordlet.streaklog import Streak
 from koordlet.system.kubepaths import CgroupDriver
 from koordlet.system.layout import CgroupLayout
 
 if TYPE_CHECKING:
-    from koordlet.qosmanager.plugins.coresched.cookies import CookieBook
+    from koordlet.isolation.coresched.cookies import CookieBook
     from koordlet.resourceexecutor.coresched import CoreSchedExecutor
     from koordlet.resourceexecutor.netqos import NetQoS
     from koordlet.resourceexecutor.resctrl import ResctrlExecutor
@@ -43,6 +47,37 @@ class Executor(Protocol):
         ...
 
 
+class Action(enum.StrEnum):
+    """What a strategy did in one round (:attr:`Decision.action`).  A ``StrEnum``: the JSON of a decision
+    and comparisons with the plain word (``decision.action == "suppress"``) stay what they were."""
+
+    NONE = "none"
+    """Nothing to change (or already in place)."""
+    SKIP = "skip"
+    """Inputs missing (no sample yet, a cgroup gone): the round could not decide."""
+    ERROR = "error"
+    """The round failed or the configuration was rejected; the values in force stay."""
+    INVALID = "invalid"
+    """The configuration is invalid; the values in force stay."""
+    UNSUPPORTED = "unsupported"
+    """The host lacks the kernel feature."""
+    SUPPRESS = "suppress"
+    RECOVER = "recover"
+    """Switched off (or the other policy in use): what the strategy set is undone."""
+    EVICT = "evict"
+    FAILED = "failed"
+    """Evictions were needed and every one failed."""
+    RECONCILE = "reconcile"
+    SCALE = "scale"
+    BURST = "burst"
+    APPLY = "apply"
+    CLEAR = "clear"
+
+
+QUIET_ACTIONS = frozenset({Action.NONE, Action.SKIP})
+"""Rounds that did nothing: kept as a strategy's last decision, never in the history of the ones that acted."""
+
+
 @dataclass(frozen=True)
 class Decision:
     """What a strategy decided in one round and the numbers behind it (for ``koordctl qos``).
@@ -52,14 +87,59 @@ class Decision:
 
     strategy: str
     at: float
-    action: str
-    """What it did: ``suppress``, ``recover``, ``evict``, ``none``, ``skip`` (inputs missing) ..."""
+    action: Action
+    """What it did; a plain word naming an :class:`Action` is accepted and converted."""
     summary: str
     numbers: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Action(member) is the member itself; Action("none") converts (and refuses a word not in the enum).
+        object.__setattr__(self, "action", Action(self.action))
+
     def to_json(self) -> dict[str, Any]:
-        return {"strategy": self.strategy, "at": self.at, "action": self.action, "summary": self.summary,
+        return {"strategy": self.strategy, "at": self.at, "action": self.action.value, "summary": self.summary,
                 "numbers": dict(self.numbers)}
+
+
+class Decider:
+    """Builds one strategy's decisions and marks the edges of its streaks in its log: a skipped round is
+    logged once per streak of the same ``reason`` (a BE cgroup gone or a collector down would otherwise
+    log the same skip every second; the decision log and ``koordctl qos`` keep every round, with its
+    numbers), a round whose evictions all failed once per streak (the strategy retries every round), and
+    every round that evicted.
+
+    ``reason`` is a stable name for why the round was skipped (``no_node_sample``), not the summary: a
+    summary carries the round's numbers and would start a new streak every round."""
+
+    def __init__(self, strategy: str, logger: logging.Logger, clock: Callable[[], float]) -> None:
+        self.strategy = strategy
+        self._log = logger
+        self._clock = clock
+        self._skips = Streak(logger, clock)
+        self._failed = Streak(logger, clock)
+
+    def __call__(self, action: Action, summary: str, numbers: Mapping[str, Any] | None = None, *,
+                 reason: str | None = None, at: float | None = None) -> Decision:
+        """The round's decision (at ``at``, the clock's now by default); ``reason`` is required for a skip."""
+        self._log_edges(action, summary, reason)
+        return Decision(self.strategy, self._clock() if at is None else at, action, summary,
+                        {} if numbers is None else numbers)
+
+    def _log_edges(self, action: Action, summary: str, reason: str | None) -> None:
+        fields = {"strategy": self.strategy, "action": str(action)}
+        if action == Action.EVICT:
+            self._log.warning("QoS strategy evicted pods", extra={**fields, "summary": summary})
+        if action == Action.FAILED:
+            self._failed.fail("eviction_failed", "QoS strategy evictions failed", extra={**fields, "summary": summary})
+        else:
+            self._failed.ok("QoS strategy evictions no longer failing", extra=fields)
+        if action != Action.SKIP:
+            self._skips.ok("QoS strategy resumed", extra=fields)
+            return
+        if not reason:
+            raise ValueError(f"{self.strategy}: a skipped round needs a stable reason (summary: {summary})")
+        self._skips.fail(reason, "QoS strategy skipped a round", level=logging.INFO,
+                         extra={**fields, "detail": summary})
 
 
 class DecisionLog:
@@ -73,7 +153,7 @@ class DecisionLog:
     def record(self, decision: Decision) -> None:
         with self._lock:
             self._last[decision.strategy] = decision
-            if decision.action not in ("none", "skip"):
+            if decision.action not in QUIET_ACTIONS:
                 self._acted.append(decision)
 
     def last(self, strategy: str) -> Decision | None:
@@ -100,20 +180,14 @@ class QoSMetricsSink(Protocol):
     def strategy_run(self, strategy: str, seconds: float, ok: bool) -> None: ...
 
 
-class NullMetrics:
-    """A sink that drops everything (unit tests, or metrics disabled)."""
-
-    def be_suppress_cores(self, policy: str, cores: float) -> None: ...
-    def be_suppress_ls_used_cores(self, cores: float) -> None: ...
-    def pod_eviction(self, reason: str, pod_namespace: str, pod_name: str) -> None: ...
-    def scaled_cfs_quota(self, pod_namespace: str, pod_name: str, container: str, quota_us: float) -> None: ...
-    def forget_container(self, pod_namespace: str, pod_name: str, container: str) -> None: ...
-    def strategy_run(self, strategy: str, seconds: float, ok: bool) -> None: ...
+class NullMetrics(QoSMetricsSink):
+    """A sink that drops everything (unit tests, or metrics disabled): the protocol's empty methods."""
 
 
 @dataclass(frozen=True)
 class Options:
-    """Dependencies handed to every strategy (CONVENTIONS #4: injected, never imported singletons)."""
+    """Dependencies handed to every strategy: injected, never imported singletons, so tests hand fakes and
+    no module keeps mutable state of its own."""
 
     layout: CgroupLayout
     driver: CgroupDriver
@@ -168,8 +242,6 @@ class Strategy(Protocol):
         decision saying why instead."""
         ...
 
-
-StrategyFactory = Callable[[Options], Strategy]
 
 
 def pods_by_uid(informer: StatesInformer) -> dict[str, Any]:

@@ -7,7 +7,6 @@ would suppress or evict on a number that no longer describes the node."""
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,6 @@ from koordlet.qosmanager.framework import Options
 from koordlet.resourceexecutor import Outcome, Result
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.statesinformer.standalone import WORKLOAD_SOURCE
-from koordlet.streaklog import Streak
 from koordlet.system.kubepaths import KubeQoS, qos_dir, under_parent
 
 STALE_INTERVALS = 3.0
@@ -134,47 +132,3 @@ def write_tail(counts: Mapping[str, int]) -> str:
     if bad:
         parts.append(f"{bad} writes failed")
     return "; " + ", ".join(parts) if parts else ""
-
-
-class SkipLog:
-    """Logs a strategy's skipped rounds once per streak: the first skip, then nothing while the reason stays
-    the same kind, then one line when the strategy acts again with how many rounds and seconds it skipped.
-    A BE cgroup gone or a collector down would otherwise log the same skip every second (the decision log
-    and ``koordctl qos`` keep every round, with its numbers).
-
-    ``reason`` is a stable name for why the round was skipped (``no_node_sample``), not the summary: a
-    summary carries the round's numbers and would start a new streak every round."""
-
-    def __init__(self, strategy: str, logger: logging.Logger, clock: Callable[[], float]) -> None:
-        self._strategy = strategy
-        self._streak = Streak(logger, clock)
-
-    @property
-    def reason(self) -> str | None:
-        """The reason of the skip streak in progress, None while the strategy acts."""
-        return self._streak.kind
-
-    def note(self, action: str, summary: str, reason: str | None = None) -> None:
-        """Records one round's action; ``reason`` is required for a ``skip``."""
-        if action != "skip":
-            self._streak.ok("%s resumed", self._strategy, extra={"action": action})
-            return
-        if not reason:
-            raise ValueError(f"{self._strategy}: a skipped round needs a stable reason (summary: {summary})")
-        self._streak.fail(reason, "%s skipped", self._strategy, level=logging.INFO, extra={"detail": summary})
-
-
-class FailedEvictionLog:
-    """Logs an eviction strategy's failed rounds once per streak: with every eviction failing (a
-    PodDisruptionBudget, the companion unreachable) the strategy retries every round, and the decision and
-    the evictor's attempts keep the details of each."""
-
-    def __init__(self, strategy: str, logger: logging.Logger, clock: Callable[[], float]) -> None:
-        self._strategy = strategy
-        self._streak = Streak(logger, clock)
-
-    def note(self, action: str, summary: str) -> None:
-        if action == "failed":
-            self._streak.fail("eviction_failed", "%s: %s", self._strategy, summary)
-        else:
-            self._streak.ok("%s: evictions no longer failing", self._strategy, extra={"action": action})

@@ -4,13 +4,13 @@ force, and keeps every strategy's last decision (Koordinator ``pkg/koordlet/qosm
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 
 from koordlet.apis.nodeslo import NodeSLOSpec
-from koordlet.qosmanager.framework import Decision, Options, Strategy
-from koordlet.qosmanager.nodeslo import FileNodeSLOSource, NodeSLOHolder
+from koordlet.component import Worker
+from koordlet.qosmanager.framework import Action, Decision, Options, Strategy
+from koordlet.statesinformer.nodeslo import FileNodeSLOSource, NodeSLOHolder
 from koordlet.streaklog import Streak
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,7 @@ class QoSManager:
         self.source = source
         self._monotonic = monotonic or time.monotonic
         self._slots = [_Slot(s, options.clock) for s in strategies]
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("qosmanager")
         self.rounds = 0
 
     @property
@@ -82,30 +81,25 @@ class QoSManager:
             # One last round with enabled=False lets a strategy undo what it did (recover BE's cpuset).
             decision = strategy.run_once(spec, enabled)
             slot.was_enabled = enabled
-            slot.errors.ok("QoS strategy %s runs again", strategy.name)
+            slot.errors.ok("QoS strategy runs again", extra={"strategy": strategy.name})
         except Exception as exc:
             ok = False
-            slot.errors.fail(type(exc).__name__, "QoS strategy %s failed", strategy.name, level=logging.ERROR,
-                             exc_info=True)
-            decision = Decision(strategy.name, self.options.clock(), "error", f"{type(exc).__name__}: {exc}")
+            slot.errors.fail(type(exc).__name__, "QoS strategy failed", level=logging.ERROR, exc_info=True,
+                             extra={"strategy": strategy.name})
+            decision = Decision(strategy.name, self.options.clock(), Action.ERROR, f"{type(exc).__name__}: {exc}")
         self.options.decisions.record(decision)
         self.options.metrics.strategy_run(strategy.name, time.perf_counter() - started, ok)
 
     # --------------------------------------------------------------------------------- component
 
-    def start(self, on_failure: Callable[[BaseException], None]) -> None:
-        def loop() -> None:
-            try:
-                while not self._stop.is_set():
-                    self._stop.wait(self.run_once())
-            except BaseException as exc:  # a bug in the loop itself, not in a strategy
-                on_failure(exc)
+    @property
+    def running(self) -> bool:
+        return self._worker.running
 
-        log.info("qosmanager starting: %s", ", ".join(self.strategies) or "no strategies")
-        self._thread = threading.Thread(target=loop, name="qosmanager", daemon=True)
-        self._thread.start()
+    def start(self, on_failure: Callable[[BaseException], None]) -> None:
+        # A strategy's exception is caught per round (_run); only a bug in the loop itself ends it.
+        log.info("qosmanager starting", extra={"strategies": self.strategies})
+        self._worker.loop(self.run_once, on_failure)
 
     def stop(self, timeout_seconds: float) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
+        self._worker.stop(timeout_seconds)

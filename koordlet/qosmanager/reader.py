@@ -10,7 +10,7 @@ from typing import Any
 
 from koordlet import native
 from koordlet.errors import from_errno
-from koordlet.system.cgroupfile import FileKind
+from koordlet.system.cgroupfile import CgroupFile, FileKind
 from koordlet.system.layout import CgroupLayout
 from koordlet.system.resources import REGISTRY
 
@@ -27,13 +27,14 @@ class CgroupReader:
     def __init__(self, layout: CgroupLayout) -> None:
         self.layout = layout
 
-    def path(self, resource: str, rel_dir: str) -> str:
-        return REGISTRY[resource].path(self.layout, rel_dir)
+    def path(self, resource: CgroupFile | str, rel_dir: str) -> str:
+        return _descriptor(resource).path(self.layout, rel_dir)
 
-    def read(self, resource: str, rel_dir: str) -> Any:
-        """The value of ``resource`` in ``rel_dir``; raises ``CgroupGone`` when the cgroup vanished,
-        ``ParseError`` for garbage and ``Unsupported`` when this host has no such file."""
-        descriptor = REGISTRY[resource]
+    def read(self, resource: CgroupFile | str, rel_dir: str) -> Any:
+        """The value of ``resource`` (a descriptor, or its registry key) in ``rel_dir``; raises
+        ``CgroupGone`` when the cgroup vanished, ``ParseError`` for garbage and ``Unsupported`` when this
+        host has no such file."""
+        descriptor = _descriptor(resource)
         version = descriptor.version(self.layout)
         spec = descriptor.spec(version)
         path = descriptor.path(self.layout, rel_dir)
@@ -47,3 +48,7 @@ class CgroupReader:
                 return f.read().strip()
         except OSError as exc:
             raise from_errno(exc.errno or errno.EIO, path) from exc
+
+
+def _descriptor(resource: CgroupFile | str) -> CgroupFile:
+    return REGISTRY[resource] if isinstance(resource, str) else resource

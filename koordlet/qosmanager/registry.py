@@ -1,50 +1,46 @@
-"""The one registry of QoS strategies: ``NAME`` -> factory, in the order they run each round.
-No import-time registration: adding a strategy means adding a line here (CONVENTIONS #2)."""
+"""The one registry of QoS strategies, in the order they run each round.  No import-time registration:
+adding a strategy means adding its ``PLUGIN`` here, and two strategies with one name fail at start-up."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
-from koordlet.errors import ConfigError
-from koordlet.qosmanager.framework import Options, Strategy, StrategyFactory
+from koordlet import plugins
+from koordlet.qosmanager.framework import Options, Strategy
+from koordlet.qosmanager.plugins import (
+    blkio,
+    cgreconcile,
+    coresched,
+    cpuburst,
+    cpuevict,
+    cpusuppress,
+    memoryevict,
+    netqos,
+    resctrl,
+)
 
+KIND = "QoS strategy"
+StrategyPlugin = plugins.Plugin[Options, Strategy]
 
-def _factories() -> list[tuple[str, StrategyFactory]]:
-    from koordlet.qosmanager.plugins import (
-        blkio,
-        cgreconcile,
-        coresched,
-        cpuburst,
-        cpuevict,
-        cpusuppress,
-        memoryevict,
-        netqos,
-        resctrl,
-    )
-
-    return [
-        (cpusuppress.NAME, cpusuppress.new),
-        (cpuburst.NAME, cpuburst.new),
-        (cpuevict.NAME, cpuevict.new),
-        (memoryevict.NAME, memoryevict.new),
-        (cgreconcile.NAME, cgreconcile.new),
-        (blkio.NAME, blkio.new),
-        (coresched.NAME, coresched.new),
-        (netqos.NAME, netqos.new),
-        (resctrl.NAME, resctrl.new),
-    ]
-
-
-def registry(factories: Sequence[tuple[str, StrategyFactory]] | None = None) -> Mapping[str, StrategyFactory]:
-    """Name -> factory; a duplicate name is a start-up error."""
-    table: dict[str, StrategyFactory] = {}
-    for name, factory in factories if factories is not None else _factories():
-        if name in table:
-            raise ConfigError(f"duplicate QoS strategy name {name!r}")
-        table[name] = factory
-    return table
+PLUGINS: tuple[StrategyPlugin, ...] = (
+    cpusuppress.PLUGIN,
+    cpuburst.PLUGIN,
+    cpuevict.PLUGIN,
+    memoryevict.PLUGIN,
+    cgreconcile.PLUGIN,
+    blkio.PLUGIN,
+    coresched.PLUGIN,
+    netqos.PLUGIN,
+    resctrl.PLUGIN,
+)
 
 
-def build_strategies(options: Options, factories: Sequence[tuple[str, StrategyFactory]] | None = None
-                     ) -> list[Strategy]:
-    return [factory(options) for factory in registry(factories).values()]
+def registry(strategies: Iterable[StrategyPlugin] = PLUGINS) -> Mapping[str, StrategyPlugin]:
+    """Name -> plugin in run order; a duplicate name is a start-up error."""
+    return plugins.table(KIND, strategies)
+
+
+def build_strategies(options: Options, strategies: Iterable[StrategyPlugin] = PLUGINS) -> list[Strategy]:
+    """One instance of every strategy, in run order (each checks its feature gates itself every round:
+    one switched off must still get its last round to undo what it did)."""
+    return plugins.build(KIND, strategies, options)

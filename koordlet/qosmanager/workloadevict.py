@@ -111,4 +111,5 @@ class WorkloadBackend:
             detail = (done.stderr or "").strip()[:500] or "no message"
             raise EvictionFailed(f"{SYSTEMCTL} stop {unit} of workload {pod.pod.key} exited {done.returncode}: "
                                  f"{detail}")
-        log.warning("evicted workload %s (%s): stop of unit %s queued: %s", pod.pod.key, reason, unit, message)
+        log.warning("workload evicted: stop of its unit queued",
+                    extra={"workload": pod.pod.key, "reason": reason, "unit": unit, "detail": message})

@@ -1,18 +1,22 @@
 """The single writer of cgroup files: plugins hand :class:`CgroupUpdate` values to a
 :class:`ResourceExecutor`, which validates, skips unchanged values, orders leveled writes, writes,
-audits and records a metric (CONVENTIONS #14, Koordinator ``pkg/koordlet/resourceexecutor``).
+audits and records a metric (Koordinator ``pkg/koordlet/resourceexecutor``); plugins never open the
+files themselves, so every write is validated, deduplicated and audited in one place.
 
-The same front, with the same validate / skip-unchanged / unsupported-backoff / audit semantics, covers
-resctrl groups (:class:`ResctrlExecutor`), core-scheduling cookies (:class:`CoreSchedExecutor`) and the
-network QoS interface (:class:`NetQoS`, implemented by the tc and Terway strategies).
+The same front, with the same validate / skip-unchanged / unsupported-backoff / audit semantics (one
+:class:`WriteLedger`), covers resctrl groups (:class:`ResctrlExecutor`), core-scheduling cookies
+(:class:`CoreSchedExecutor`) and the network QoS interface (:class:`NetQoS`, implemented by the tc and
+Terway strategies).  Every executor answers with a :class:`Result` holding an :class:`Outcome`, and
+reports its writes' durations through a :class:`WriteSink`.
 """
 
 from koordlet.resourceexecutor.audit import AuditEntry, AuditLog, Auditor
-from koordlet.resourceexecutor.coresched import CallOutcome, CallResult, CoreSchedExecutor, CoreSchedScope, GroupResult
-from koordlet.resourceexecutor.executor import (
+from koordlet.resourceexecutor.coresched import CoreSchedExecutor, CoreSchedScope
+from koordlet.resourceexecutor.executor import ResourceExecutor
+from koordlet.resourceexecutor.ledger import (
     DEFAULT_FORCE_UPDATE_SECONDS,
     DEFAULT_UNSUPPORTED_RETRY_SECONDS,
-    ResourceExecutor,
+    WriteLedger,
 )
 from koordlet.resourceexecutor.leveled import MERGE as LEVELED_RESOURCES
 from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoS, NetQoSPlan
@@ -21,10 +25,9 @@ from koordlet.resourceexecutor.resctrl import (
     MB_MAX_PERCENT,
     ResctrlExecutor,
     ResctrlFileWriter,
-    ResctrlResult,
     ResctrlWriter,
-    TaskAssignment,
 )
+from koordlet.resourceexecutor.sink import NULL_SINK, WriteSink
 from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
 from koordlet.resourceexecutor.writer import CgroupWriter, FileWriter
 
@@ -34,26 +37,24 @@ __all__ = [
     "LEVELED_RESOURCES",
     "MB_MAX_AMD",
     "MB_MAX_PERCENT",
+    "NULL_SINK",
     "AuditEntry",
     "AuditLog",
     "Auditor",
-    "CallOutcome",
-    "CallResult",
     "CgroupUpdate",
     "CgroupWriter",
     "ClassBandwidth",
     "CoreSchedExecutor",
     "CoreSchedScope",
     "FileWriter",
-    "GroupResult",
     "NetQoS",
     "NetQoSPlan",
     "Outcome",
     "ResctrlExecutor",
     "ResctrlFileWriter",
-    "ResctrlResult",
     "ResctrlWriter",
     "ResourceExecutor",
     "Result",
-    "TaskAssignment",
+    "WriteLedger",
+    "WriteSink",
 ]

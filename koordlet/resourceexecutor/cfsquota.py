@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from koordlet.resourceexecutor.update import CgroupUpdate
+from koordlet.system.resources import CPU_CFS_QUOTA
 
-RESOURCE = "cpu_cfs_quota"
 QUOTA_FILE = "cpu.cfs_quota_us"
 PERIOD_FILE = "cpu.cfs_period_us"
 MIN_QUOTA_US = 1000
@@ -114,4 +114,4 @@ def _walk(directory: str, rel_dir: str, quota: int, period: int, read: Read, own
             _walk(child_dir, child_rel, quota, period, read, owner, caps, depth + 1)
         elif own_quota > allowed:
             _walk(child_dir, child_rel, allowed, child_period, read, owner, caps, depth + 1)
-            caps.append(CgroupUpdate(RESOURCE, child_rel, allowed, owner))
+            caps.append(CgroupUpdate(CPU_CFS_QUOTA, child_rel, allowed, owner))

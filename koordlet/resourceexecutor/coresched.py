@@ -16,9 +16,11 @@ pulls in dies with it, so koordlet's own threads keep cookie 0.  :meth:`CoreSche
 short-lived ``threading.Thread`` (one OS thread each, never reused).
 
 Errors are classified like cgroup writes: ESRCH is a task that exited (GONE, not an error); EINVAL
-(kernel without CONFIG_SCHED_CORE, the answer on the test host), ENODEV (no SMT) and EOPNOTSUPP mean
-this host cannot do core scheduling: the reason is logged once and remembered, and further calls
-return UNSUPPORTED without a syscall until ``unsupported_retry_seconds`` have passed.
+(kernel without CONFIG_SCHED_CORE, the answer on the test host), ENODEV (no SMT) and the errnos of a
+missing operation (EOPNOTSUPP, ENOSYS...) mean this host cannot do core scheduling: the reason is logged
+once and remembered, and further calls return UNSUPPORTED without a syscall until
+``unsupported_retry_seconds`` have passed (the same :class:`~koordlet.resourceexecutor.ledger.WriteLedger`
+backoff as a refused cgroup write).
 """
 
 from __future__ import annotations
@@ -30,13 +32,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from koordlet.errors import ConfigError, KoordletError
-from koordlet.metrics.executor import ResourceExecutorMetrics
+from koordlet.errors import UNSUPPORTED_ERRNOS, ConfigError, KoordletError
 from koordlet.resourceexecutor.audit import AuditEntry, Auditor
-from koordlet.resourceexecutor.executor import DEFAULT_UNSUPPORTED_RETRY_SECONDS, check_timings
+from koordlet.resourceexecutor.ledger import DEFAULT_UNSUPPORTED_RETRY_SECONDS, WriteLedger, check_timings
+from koordlet.resourceexecutor.sink import NULL_SINK, WriteSink
+from koordlet.resourceexecutor.update import Outcome, Result
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,11 @@ AUDIT_RESOURCE = "core_sched"
 """The ``resource`` of the audit entries and the ``type`` label of the metric."""
 DEFAULT_COOKIE = 0
 
-_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENODEV, errno.EOPNOTSUPP, errno.ENOSYS})
+# For prctl(PR_SCHED_CORE) EINVAL means a kernel without CONFIG_SCHED_CORE and ENODEV a CPU without SMT:
+# both say the host cannot do it at all, unlike the same errnos from a cgroup write.
+_UNSUPPORTED = UNSUPPORTED_ERRNOS | {errno.EINVAL, errno.ENODEV}
+_HOST = "core_sched"
+"""The ledger's one target: whether this host can do core scheduling at all."""
 _T = TypeVar("_T")
 
 
@@ -55,56 +61,6 @@ class CoreSchedScope(enum.IntEnum):
     THREAD = 0
     THREAD_GROUP = 1
     PROCESS_GROUP = 2
-
-
-class CallOutcome(enum.Enum):
-    """What happened to one prctl call."""
-
-    DONE = "done"
-    GONE = "gone"
-    """The task exited (ESRCH): an expected race."""
-    UNSUPPORTED = "unsupported"
-    """The kernel cannot do core scheduling here (EINVAL/ENODEV/EOPNOTSUPP), now or remembered."""
-    FAILED = "failed"
-    """Any other error (EPERM: not allowed to ptrace the task...)."""
-    INVALID = "invalid"
-    """Refused before any call (pid <= 0 would act on koordlet itself)."""
-
-
-@dataclass(frozen=True)
-class CallResult:
-    """One prctl call; ``cookie`` is set by a successful ``get``."""
-
-    op: str
-    pid: int
-    scope: CoreSchedScope
-    outcome: CallOutcome
-    cookie: int | None = None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome is CallOutcome.DONE
-
-
-@dataclass(frozen=True)
-class GroupResult:
-    """A multi-task operation (:meth:`CoreSchedExecutor.assign_group`, ``assign``, ``clear``)."""
-
-    outcome: CallOutcome
-    """DONE when the source was usable (even if some targets exited or failed: see the lists), GONE when
-    the source task exited, UNSUPPORTED, FAILED when the cookie could not be made or pulled."""
-    cookie: int | None = None
-    """The cookie now on the tasks (0 after ``clear``), when known."""
-    applied: tuple[int, ...] = ()
-    """Tasks that hold the cookie now (the source included)."""
-    gone: tuple[int, ...] = ()
-    failed: tuple[tuple[int, str], ...] = ()
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome is CallOutcome.DONE and not self.failed
 
 
 class CoreSchedExecutor:
@@ -121,7 +77,7 @@ class CoreSchedExecutor:
         native_module: Any = None,
         audit: Auditor | None = None,
         clock: Callable[[], float] = time.monotonic,
-        metrics: ResourceExecutorMetrics | None = None,
+        metrics: WriteSink | None = None,
         *,
         unsupported_retry_seconds: float = DEFAULT_UNSUPPORTED_RETRY_SECONDS,
     ) -> None:
@@ -129,11 +85,12 @@ class CoreSchedExecutor:
         self._native = native_module
         self._audit = audit
         self._clock = clock
-        self._metrics = metrics
-        self._retry_seconds = unsupported_retry_seconds
+        self._metrics: WriteSink = metrics if metrics is not None else NULL_SINK
         self._lock = threading.Lock()
+        self._ledger = WriteLedger(log, clock, 0.0, unsupported_retry_seconds,
+                                   failure_message="core scheduling unsupported",
+                                   recovery_message="core scheduling works again")
         self._unsupported: str | None = None
-        self._retry_at = 0.0
 
     # ------------------------------------------------------------------------------------------- public
 
@@ -149,29 +106,29 @@ class CoreSchedExecutor:
             self._call("get", 0, CoreSchedScope.THREAD, "probe", audit=False)
             return self._unsupported
 
-    def get(self, pid: int) -> CallResult:
+    def get(self, pid: int) -> Result:
         """The cookie of thread ``pid`` (``result.cookie``); reads are not audited."""
         with self._lock:
             return self._checked("get", pid, CoreSchedScope.THREAD, "", audit=False)
 
-    def create(self, pid: int, scope: CoreSchedScope, owner: str) -> CallResult:
+    def create(self, pid: int, scope: CoreSchedScope, owner: str) -> Result:
         """Gives the tasks of ``pid`` (per ``scope``) a new unique cookie."""
         with self._lock:
             return self._checked("create", pid, scope, owner)
 
-    def share_to(self, pid: int, scope: CoreSchedScope, owner: str) -> CallResult:
+    def share_to(self, pid: int, scope: CoreSchedScope, owner: str) -> Result:
         """Pushes the *calling thread's* cookie to the tasks; see :meth:`assign` and :meth:`clear`."""
         with self._lock:
             return self._checked("share_to", pid, scope, owner)
 
-    def share_from(self, pid: int, owner: str) -> CallResult:
+    def share_from(self, pid: int, owner: str) -> Result:
         """Pulls thread ``pid``'s cookie onto the *calling thread* (the kernel takes only a thread)."""
         with self._lock:
             return self._checked("share_from", pid, CoreSchedScope.THREAD, owner)
 
     def assign_group(
         self, leader_pid: int, pids: Iterable[int], owner: str, scope: CoreSchedScope = CoreSchedScope.THREAD_GROUP
-    ) -> GroupResult:
+    ) -> Result:
         """A new cookie for a group: Koordinator's ``addCookie`` (hooks/coresched/helper.go) —
         get(leader), create(leader, scope), get(leader) for the new cookie, then in a relay thread
         share_from(leader) and share_to(p, scope) for every other pid."""
@@ -180,32 +137,26 @@ class CoreSchedExecutor:
         with self._lock:
             before = self._checked("get", leader_pid, CoreSchedScope.THREAD, owner, audit=False)
             if not before.ok:
-                return GroupResult(before.outcome, error=before.error)
+                return Result(None, before.outcome, error=before.error)
             if before.cookie:
                 # Koordinator logs and goes on: the pod's group probably changed.
                 log.debug("core sched leader already has a cookie", extra={"pid": leader_pid, "cookie": before.cookie})
             created = self._checked("create", leader_pid, scope, owner)
             if not created.ok:
-                return GroupResult(created.outcome, error=created.error)
+                return Result(None, created.outcome, error=created.error)
             after = self._checked("get", leader_pid, CoreSchedScope.THREAD, owner, audit=False)
             if not after.ok:
-                return GroupResult(after.outcome, error=after.error)
+                return Result(None, after.outcome, error=after.error)
             if not after.cookie:
                 error = f"pid {leader_pid} still has the default cookie after create"
-                return GroupResult(CallOutcome.FAILED, error=error)
+                return Result(None, Outcome.FAILED, error=error)
             result = self._relay(leader_pid, others, scope, owner)
-        return GroupResult(
-            CallOutcome.DONE,
-            after.cookie,
-            (leader_pid, *result.applied),
-            result.gone,
-            result.failed,
-            result.error,
-        )
+        return Result(None, Outcome.DONE, error=result.error, cookie=after.cookie,
+                      applied=(leader_pid, *result.applied), gone=result.gone, failed=result.failed)
 
     def assign(
         self, from_pid: int, pids: Iterable[int], owner: str, scope: CoreSchedScope = CoreSchedScope.THREAD_GROUP
-    ) -> GroupResult:
+    ) -> Result:
         """Gives ``pids`` the cookie of thread ``from_pid`` (Koordinator ``CoreSched.Assign``): in a relay
         thread, share_from(from_pid) then share_to(p, scope) for each pid."""
         _check_owner(owner)
@@ -215,7 +166,7 @@ class CoreSchedExecutor:
 
     def clear(
         self, pids: Iterable[int], owner: str, scope: CoreSchedScope = CoreSchedScope.THREAD_GROUP
-    ) -> GroupResult:
+    ) -> Result:
         """Resets ``pids`` to the default cookie 0 (Koordinator ``CoreSched.Clear``): share_to from a relay
         thread, which starts with koordlet's cookie 0."""
         _check_owner(owner)
@@ -225,16 +176,16 @@ class CoreSchedExecutor:
 
     # ------------------------------------------------------------------------------------------ helpers
 
-    def _relay(self, from_pid: int, targets: list[int], scope: CoreSchedScope, owner: str) -> GroupResult:
-        def run() -> GroupResult:
+    def _relay(self, from_pid: int, targets: list[int], scope: CoreSchedScope, owner: str) -> Result:
+        def run() -> Result:
             pulled = self._checked("share_from", from_pid, CoreSchedScope.THREAD, owner)
             if not pulled.ok:
-                return GroupResult(pulled.outcome, error=pulled.error)
+                return Result(None, pulled.outcome, error=pulled.error)
             return self._share_each(targets, scope, owner, None)
 
         return _in_new_thread(run)
 
-    def _share_each(self, targets: list[int], scope: CoreSchedScope, owner: str, cookie: int | None) -> GroupResult:
+    def _share_each(self, targets: list[int], scope: CoreSchedScope, owner: str, cookie: int | None) -> Result:
         applied: list[int] = []
         gone: list[int] = []
         failed: list[tuple[int, str]] = []
@@ -242,30 +193,33 @@ class CoreSchedExecutor:
             result = self._checked("share_to", pid, scope, owner)
             if result.ok:
                 applied.append(pid)
-            elif result.outcome is CallOutcome.GONE:
+            elif result.outcome is Outcome.GONE:
                 gone.append(pid)
-            elif result.outcome is CallOutcome.UNSUPPORTED:
-                return GroupResult(result.outcome, cookie, tuple(applied), tuple(gone), tuple(failed), result.error)
+            elif result.outcome is Outcome.UNSUPPORTED:
+                return Result(None, result.outcome, error=result.error, cookie=cookie, applied=tuple(applied),
+                              gone=tuple(gone), failed=tuple(failed))
             else:
                 failed.append((pid, result.error or result.outcome.value))
         error = "; ".join(m for _, m in failed) or None
-        return GroupResult(CallOutcome.DONE, cookie, tuple(applied), tuple(gone), tuple(failed), error)
+        return Result(None, Outcome.DONE, error=error, cookie=cookie, applied=tuple(applied), gone=tuple(gone),
+                      failed=tuple(failed))
 
-    def _checked(self, op: str, pid: int, scope: CoreSchedScope, owner: str, *, audit: bool = True) -> CallResult:
+    def _checked(self, op: str, pid: int, scope: CoreSchedScope, owner: str, *, audit: bool = True) -> Result:
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
             # pid 0 means the calling thread: koordlet itself must keep the default cookie.
             message = f"PR_SCHED_CORE {op}: pid must be a positive int, got {pid!r}"
             log.warning("core sched call refused", extra={"error": message})
-            return CallResult(op, pid, scope, CallOutcome.INVALID, error=message)
+            return _call_result(op, pid, scope, Outcome.INVALID, error=message)
         if audit:
             _check_owner(owner)
         # No locking here: a relay thread runs this while its caller holds the lock and waits for it.
         return self._call(op, pid, scope, owner, audit=audit)
 
-    def _call(self, op: str, pid: int, scope: CoreSchedScope, owner: str, *, audit: bool) -> CallResult:
+    def _call(self, op: str, pid: int, scope: CoreSchedScope, owner: str, *, audit: bool) -> Result:
         now = self._clock()
-        if self._unsupported is not None and now < self._retry_at:
-            return CallResult(op, pid, scope, CallOutcome.UNSUPPORTED, error=self._unsupported)
+        refused = self._ledger.refusal(_HOST, None, now)
+        if refused is not None:
+            return _call_result(op, pid, scope, Outcome.UNSUPPORTED, error=refused.reason)
         started = time.perf_counter()
         cookie: int | None = None
         try:
@@ -283,40 +237,38 @@ class CoreSchedExecutor:
             result = self._failed(op, pid, scope, exc, now)
         else:
             elapsed = time.perf_counter() - started
-            if self._unsupported is not None:
-                log.info("core scheduling works again", extra={"pid": pid})
-                self._unsupported = None
-            result = CallResult(op, pid, scope, CallOutcome.DONE, cookie)
+            self._ledger.recovered(_HOST, extra={"pid": pid})
+            self._unsupported = None
+            result = _call_result(op, pid, scope, Outcome.DONE, cookie=cookie)
         if not audit:
             return result
-        if self._metrics is not None:
-            self._metrics.observe(AUDIT_RESOURCE, result.ok, elapsed)
+        self._metrics.observe(AUDIT_RESOURCE, result.ok, elapsed)
         if self._audit is not None:
-            new = f"{op} scope={scope.name.lower()}"
-            self._audit.record(AuditEntry(f"pid:{pid}", AUDIT_RESOURCE, None, new, owner, result.outcome.value,
-                                          result.error))
+            assert result.path is not None and result.text is not None  # set by _call_result
+            self._audit.record(AuditEntry(result.path, AUDIT_RESOURCE, None, result.text, owner,
+                                          result.outcome.value, result.error))
         return result
 
-    def _failed(self, op: str, pid: int, scope: CoreSchedScope, exc: BaseException, now: float) -> CallResult:
+    def _failed(self, op: str, pid: int, scope: CoreSchedScope, exc: BaseException, now: float) -> Result:
         code = getattr(exc, "errno", None)
         what = f"PR_SCHED_CORE {op} pid {pid} scope {scope.name.lower()}"
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         if code == errno.ESRCH:
-            return CallResult(op, pid, scope, CallOutcome.GONE, error=f"{what}: task exited (ESRCH)")
+            return _call_result(op, pid, scope, Outcome.GONE, error=f"{what}: task exited (ESRCH)")
         if code in _UNSUPPORTED:
             reason = f"{what}: {detail}"
             if code == errno.EINVAL:
                 reason += " (kernel built without CONFIG_SCHED_CORE)"
             elif code == errno.ENODEV:
                 reason += " (no SMT siblings, so the kernel keeps core scheduling off)"
-            if self._unsupported is None:
-                log.warning("core scheduling unsupported", extra={"reason": reason})
+            self._ledger.log_failure(_HOST, Outcome.UNSUPPORTED.value, reason, extra={"reason": reason})
+            self._ledger.refuse(_HOST, None, now, reason)
             self._unsupported = reason
-            self._retry_at = now + self._retry_seconds
-            return CallResult(op, pid, scope, CallOutcome.UNSUPPORTED, error=reason)
+            return _call_result(op, pid, scope, Outcome.UNSUPPORTED, error=reason)
+        # Logged every time: each call names another task, so there is no streak to keep quiet about.
         message = f"{what}: {detail}"
         log.warning("core sched call failed", extra={"error": message})
-        return CallResult(op, pid, scope, CallOutcome.FAILED, error=message)
+        return _call_result(op, pid, scope, Outcome.FAILED, error=message)
 
     def _load(self) -> Any:
         if self._native is None:
@@ -335,6 +287,12 @@ class Unavailable(KoordletError, OSError):
 
     def __init__(self, message: str) -> None:
         super().__init__(errno.ENOSYS, message)
+
+
+def _call_result(op: str, pid: int, scope: CoreSchedScope, outcome: Outcome, *, cookie: int | None = None,
+                 error: str | None = None) -> Result:
+    """One prctl call: ``path`` names the task and ``text`` the call, as the audit does."""
+    return Result(None, outcome, f"pid:{pid}", f"{op} scope={scope.name.lower()}", error, cookie=cookie)
 
 
 def _check_owner(owner: str) -> None:

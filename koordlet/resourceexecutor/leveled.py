@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
+from koordlet.system.resources import CPUSET_CPUS, MEMORY_MIN
 from koordlet.system.validators import format_cpulist, parse_cpulist
 
 
@@ -42,8 +43,8 @@ def _merge_larger(current: str, desired: object) -> object | None:
 
 
 MERGE: dict[str, Callable[[str, object], object | None]] = {
-    "cpuset_cpus": _merge_cpuset,
-    "memory_min": _merge_larger,
+    CPUSET_CPUS.key: _merge_cpuset,
+    MEMORY_MIN.key: _merge_larger,
 }
 """Leveled resource key -> ``merge(current_text, desired_canonical)``: the canonical value to write
 top-down, or None when the current value already covers the desired one (or cannot be parsed)."""

@@ -1,11 +1,11 @@
-"""The network QoS interface (CONVENTIONS #17): strategies build a validated :class:`NetQoSPlan` and
-hand it to a :class:`NetQoS` backend (tc HTB + IFB, or Terway's QoS agent).  Backends keep their
-library's vocabulary (pyroute2 keyword arguments, qdisc handles) to themselves.
+"""The network QoS interface: strategies build a validated :class:`NetQoSPlan` and hand it to a
+:class:`NetQoS` backend (tc HTB + IFB, or Terway's QoS agent).  Backends keep their library's vocabulary
+(pyroute2 keyword arguments, qdisc handles) to themselves, so a strategy never depends on one backend.
 
 The plan holds resolved numbers only, in bits per second: the strategy turns NodeSLO ``networkQOS``
 percentages and quantities and ``systemStrategy.totalNetworkBandwidth`` into them, so every backend
 shapes the same thing.  Koordinator's tc plugin gives SYSTEM/LS/BE the rates 40/30/30 % of the total
-and each a ceiling of the total (koordinator-facts §2, tc row).
+and each a ceiling of the total (upstream ``runtimehooks/hooks/tc``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ IFNAMSIZ = 16
 """include/uapi/linux/if.h: an interface name holds at most IFNAMSIZ - 1 characters."""
 
 CLASS_NAMES = ("system", "ls", "be")
-"""The shaped classes, in priority order (CONVENTIONS #22: SYSTEM, LS, BE)."""
+"""The shaped classes, in priority order, named as the QoS classes are everywhere (SYSTEM, LS, BE)."""
 
 
 @dataclass(frozen=True)

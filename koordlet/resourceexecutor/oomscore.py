@@ -4,9 +4,9 @@ New containers get the value in their creation request; this covers processes al
 without NRI or the runtime proxy, an annotation changed later).  Each process's value is read first and
 written only when it differs, so a converged container costs one small read per process and round.
 
-Outcomes per process: ESRCH/ENOENT is a process that exited (gone, not an error); anything else fails
-with the reason, e.g. EACCES when lowering the value without CAP_SYS_RESOURCE (the kernel lets only a
-privileged writer go below the current minimum).
+Outcomes per process: ESRCH/ENOENT (an errno of :data:`koordlet.errors.GONE_ERRNOS`) is a process that
+exited (gone, not an error); anything else fails with the reason, e.g. EACCES when lowering the value
+without CAP_SYS_RESOURCE (the kernel lets only a privileged writer go below the current minimum).
 """
 
 from __future__ import annotations
@@ -15,30 +15,16 @@ import errno
 import logging
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
-from koordlet.errors import CgroupGone, KoordletError
+from koordlet.errors import GONE_ERRNOS, CgroupGone, KoordletError
 from koordlet.resourceexecutor.audit import AuditEntry, Auditor
+from koordlet.resourceexecutor.update import Outcome, Result
 
 log = logging.getLogger(__name__)
 
 AUDIT_RESOURCE = "oom_score_adj"
 MIN_VALUE = -1000
 MAX_VALUE = 1000
-_GONE = frozenset({errno.ESRCH, errno.ENOENT})
-
-
-@dataclass
-class OomScoreResult:
-    written: int = 0
-    unchanged: int = 0
-    gone: int = 0
-    failed: list[str] = field(default_factory=list)
-    """``pid <n>: <reason>`` per process that could not be set."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
 
 
 class OomScoreWriter:
@@ -46,10 +32,15 @@ class OomScoreWriter:
         self._proc_root = proc_root
         self._audit = audit
 
-    def apply(self, pids: Iterable[int], value: int, owner: str) -> OomScoreResult:
+    def apply(self, pids: Iterable[int], value: int, owner: str) -> Result:
+        """Gives every process of ``pids`` ``value``: ``applied`` lists the processes written, ``already``
+        those that had it, ``gone`` those that exited and ``failed`` (pid, ``pid <n>: <reason>``) the others."""
         if not MIN_VALUE <= value <= MAX_VALUE:
             raise ValueError(f"oom_score_adj {value} outside [{MIN_VALUE}, {MAX_VALUE}]")
-        result = OomScoreResult()
+        written: list[int] = []
+        unchanged: list[int] = []
+        gone: list[int] = []
+        failed: list[tuple[int, str]] = []
         new = str(value)
         for pid in pids:
             path = os.path.join(self._proc_root, str(pid), "oom_score_adj")
@@ -57,25 +48,27 @@ class OomScoreWriter:
                 with open(path, "rb") as f:
                     old = f.read().decode("ascii", "replace").strip()
                 if old == new:
-                    result.unchanged += 1
+                    unchanged.append(pid)
                     continue
                 with open(path, "wb") as f:
                     f.write(new.encode())
             except OSError as exc:
-                if exc.errno in _GONE:
-                    result.gone += 1
+                if exc.errno in GONE_ERRNOS:
+                    gone.append(pid)
                     continue
                 reason = f"pid {pid}: {os.strerror(exc.errno or errno.EIO)}"
-                result.failed.append(reason)
-                self._record(path, None, new, owner, "failed", reason)
+                failed.append((pid, reason))
+                self._record(path, None, new, owner, Outcome.FAILED, reason)
                 continue
-            result.written += 1
-            self._record(path, old, new, owner, "written", None)
-        return result
+            written.append(pid)
+            self._record(path, old, new, owner, Outcome.WRITTEN, None)
+        outcome = Outcome.FAILED if failed else Outcome.WRITTEN if written else Outcome.SKIPPED_UNCHANGED
+        return Result(None, outcome, text=new, error="; ".join(m for _, m in failed) or None, applied=tuple(written),
+                      already=tuple(unchanged), gone=tuple(gone), failed=tuple(failed))
 
-    def _record(self, path: str, old: str | None, new: str, owner: str, outcome: str, error: str | None) -> None:
+    def _record(self, path: str, old: str | None, new: str, owner: str, outcome: Outcome, error: str | None) -> None:
         if self._audit is not None:
-            self._audit.record(AuditEntry(path, AUDIT_RESOURCE, old, new, owner, outcome, error))
+            self._audit.record(AuditEntry(path, AUDIT_RESOURCE, old, new, owner, outcome.value, error))
 
 
 def for_cgroups(read_procs: Callable[[str], str], writer: OomScoreWriter) -> Callable[[str, int, str], list[str]]:
@@ -90,6 +83,6 @@ def for_cgroups(read_procs: Callable[[str], str], writer: OomScoreWriter) -> Cal
         except KoordletError as exc:
             return [f"{rel_dir}: cgroup.procs: {exc}"]
         pids = [int(word) for word in text.split() if word.isdigit()]
-        return writer.apply(pids, value, owner).failed
+        return [message for _, message in writer.apply(pids, value, owner).failed]
 
     return apply

@@ -1,7 +1,7 @@
 """The ``tc`` network QoS backend (Koordinator ``runtimehooks/hooks/tc``): HTB on the node's interface,
 pod traffic classified by ipset + iptables ``CLASSIFY``, ingress shaped through an IFB device.
 
-Layout (koordinator-facts §1, tc row; upstream ``tc_linux.go``)::
+Layout (Koordinator's tc plugin, upstream ``tc_linux.go``)::
 
     <iface> root htb 1: default 2          <ifb> root htb 1: default 2
       class 1:1  rate=ceil=total              class 1:1  rate=ceil=total
@@ -10,16 +10,13 @@ Layout (koordinator-facts §1, tc row; upstream ``tc_linux.go``)::
         class 1:4 BE     prio 3
     <iface> ingress ffff: u32 match-all -> mirred egress redirect <ifb>
 
-Egress: mangle ``POSTROUTING -o <iface> -j <prefix>netqos``; that chain holds
-``-m set --match-set <prefix>{system,ls,be}_class src -j CLASSIFY --set-class 1:N``.  CLASSIFY sets
-``skb->priority``, which HTB honours before any filter (net/sched/sch_htb.c ``htb_classify``), and
-what no set claims falls to the default class, SYSTEM.  Never fwmark: this kernel has no ``fw``
-classifier and ignores u32 mark matches (test-host.md).  Ingress: redirected packets reach the IFB
-before netfilter sees them, so there they are classified by u32 on the destination address.
+Egress is classified by ipsets and iptables ``CLASSIFY`` (:mod:`.tc_classify`).  Ingress: redirected
+packets reach the IFB before netfilter sees them, so there they are classified by u32 on the destination
+address.
 
-Every change runs as a list of steps, each with its undo; when a step fails the earlier ones are undone
-in reverse and a :class:`KoordletError` names the interface and the step, so a failed live change
-leaves the previous configuration in force.  ``apply`` first reads what is installed and touches only
+Every change runs as a list of steps, each with its undo (:mod:`.tc_steps`); when a step fails the earlier
+ones are undone in reverse and a :class:`KoordletError` names the interface and the step, so a failed live
+change leaves the previous configuration in force.  ``apply`` first reads what is installed and touches only
 what differs: classes are changed in place (``tc class change``), ipsets are refilled through
 ``ipset swap`` (atomic), classifiers are added before stale ones go.  ``clear`` removes exactly the
 objects named under the configured prefix and the root HTB 1: with this layout.
@@ -30,19 +27,17 @@ pyroute2 (keyword arguments, netlink decoding) stays inside :mod:`.tc_netlink`; 
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import logging
 import re
-import shlex
-import subprocess
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 
-from koordlet.errors import ConfigError, KoordletError, Unsupported
-from koordlet.resourceexecutor.netqos import CLASS_NAMES, IFNAMSIZ, ClassBandwidth, NetQoSPlan
+from koordlet.errors import ConfigError, KoordletError
+from koordlet.resourceexecutor.netqos import IFNAMSIZ, NetQoSPlan
+from koordlet.resourceexecutor.tc_classify import CLASS_MINOR, ETH_P_ALL, FAMILIES, IPV4, IPV6, Classifiers, Family
 from koordlet.resourceexecutor.tc_netlink import (
     INGRESS_HANDLE,
     ROOT_HANDLE,
@@ -55,108 +50,19 @@ from koordlet.resourceexecutor.tc_netlink import (
     U32Filter,
     handle_text,
 )
+from koordlet.resourceexecutor.tc_steps import Runner, Steps, subprocess_runner
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "koordlet-"
 ROOT_CLASS = 0x10001
 """``1:1`` - parent of the three classes, so they can borrow from each other up to their ceilings."""
-CLASS_MINOR = {"system": 2, "ls": 3, "be": 4}
 CLASS_PRIO = {"system": 1, "ls": 2, "be": 3}
 DEFAULT_MINOR = CLASS_MINOR["system"]
 REDIRECT_PRIO = 1
-ETH_P_ALL, ETH_P_IP, ETH_P_IPV6 = 0x0003, 0x0800, 0x86DD
 U32_ROOT_TABLE = 0x80000000
 """u32 handles are ``htid:hash:node``; filters added without a table land in table 800:."""
 U32_MAX_NODE = 0xFFF
-COMMAND_TIMEOUT_SECONDS = 30.0
-IPSET_MAXNAMELEN = 31
-XT_CHAIN_MAXNAMELEN = 28
-
-
-Runner = Callable[[Sequence[str], str | None], str]
-"""Runs ``argv`` (with optional stdin text) and returns stdout; raises :class:`CommandFailed`."""
-
-
-@dataclass(frozen=True)
-class Family:
-    """What differs between IPv4 and IPv6."""
-
-    name: str
-    ipset_family: str
-    iptables: str
-    ethertype: int
-    filter_prio: int
-    dst_offset: int
-    set_suffix: str
-
-    def owns(self, ip: str) -> bool:
-        return ipaddress.ip_address(ip).version == (4 if self.name == "ipv4" else 6)
-
-    def dst_keys(self, ip: str) -> tuple[tuple[int, int, int], ...]:
-        """u32 (mask, value, offset) keys matching this destination address exactly."""
-        packed = ipaddress.ip_address(ip).packed
-        return tuple(
-            (0xFFFFFFFF, int.from_bytes(packed[i:i + 4], "big"), self.dst_offset + i) for i in range(0, len(packed), 4)
-        )
-
-
-IPV4 = Family("ipv4", "inet", "iptables", ETH_P_IP, 10, 16, "")
-IPV6 = Family("ipv6", "inet6", "ip6tables", ETH_P_IPV6, 11, 24, "6")
-FAMILIES = (IPV4, IPV6)
-
-
-# ---- subprocess ------------------------------------------------------------------------------------
-
-
-def subprocess_runner(netns: str | None = None, timeout: float = COMMAND_TIMEOUT_SECONDS) -> Runner:
-    """A :data:`Runner` executing argv lists (never a shell), inside ``netns`` through ``ip netns exec``."""
-    prefix = ["ip", "netns", "exec", netns] if netns else []
-
-    def run(argv: Sequence[str], stdin: str | None = None) -> str:
-        full = [*prefix, *argv]
-        try:
-            done = subprocess.run(full, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
-        except FileNotFoundError as err:
-            raise Unsupported(errno.ENOENT, f"{full[0]} is not installed") from err
-        except subprocess.TimeoutExpired as err:
-            raise CommandFailed(f"`{shlex.join(full)}` timed out after {timeout:g} s") from err
-        if done.returncode != 0:
-            raise CommandFailed(f"`{shlex.join(full)}` failed (exit {done.returncode}): {done.stderr.strip()}")
-        return done.stdout
-
-    return run
-
-
-# ---- the transaction -------------------------------------------------------------------------------
-
-
-@dataclass
-class _Steps:
-    where: str
-    undo: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
-    done: list[str] = field(default_factory=list)
-
-    def run(self, what: str, action: Callable[[], object], undo: Callable[[], object] | None = None) -> None:
-        try:
-            action()
-        except KoordletError as err:
-            undone = self.rollback()
-            raise CommandFailed(f"{self.where}: {what}: {err}; rolled back {undone} earlier step(s)") from err
-        self.done.append(what)
-        if undo is not None:
-            self.undo.append((what, undo))
-
-    def rollback(self) -> int:
-        count = 0
-        for what, undo in reversed(self.undo):
-            try:
-                undo()
-                count += 1
-            except KoordletError as err:
-                log.error("%s: could not undo %r: %s", self.where, what, err)
-        self.undo.clear()
-        return count
 
 
 # ---- the backend -----------------------------------------------------------------------------------
@@ -205,24 +111,12 @@ class TcNetQoS:
         if not self.ifb_name or len(self.ifb_name) >= IFNAMSIZ or "/" in self.ifb_name:
             raise ConfigError(f"netqos.tc.ifb_name: {self.ifb_name!r} is not a valid interface name "
                               f"(at most {IFNAMSIZ - 1} characters; shorten the prefix or pass ifb_name)")
-        self.chain = f"{prefix}netqos"
         self.interface = interface
         self.netns = netns
         self._netlink = netlink or (lambda: PyrouteNetlink(netns))
-        self._run = run or subprocess_runner(netns)
+        self._classifiers = Classifiers(prefix, run or subprocess_runner(netns))
+        self.chain = self._classifiers.chain
         self._applied: str | None = None
-
-    # names
-
-    def set_name(self, cls: str, family: Family) -> str:
-        return f"{self.prefix}{cls}_class{family.set_suffix}"
-
-    def _tmp_set(self, name: str) -> str:
-        return f"{name}-tmp"
-
-    def _owned_sets(self) -> list[str]:
-        names = [self.set_name(c, f) for f in FAMILIES for c in CLASS_NAMES]
-        return names + [self._tmp_set(n) for n in names]
 
     def _where(self, iface: str) -> str:
         return f"tc netqos on {iface}" + (f" (netns {self.netns})" if self.netns else "")
@@ -257,17 +151,17 @@ class TcNetQoS:
                 have = self._read(nl, plan.interface)
             except KoordletError as err:
                 raise CommandFailed(f"{where}: {err}") from err
-            steps = _Steps(where)
+            steps = Steps(where)
             self._apply_egress(nl, steps, plan, have)
             if plan.shape_ingress:
                 self._apply_ingress(nl, steps, plan, have)
-            self._apply_classifiers(steps, plan, have)
+            self._classifiers.apply(steps, plan, have.sets, have.rules)
             # Removals come last and are not undone: they only take away what the plan no longer wants.
             if not plan.shape_ingress:
                 self._remove_ingress(nl, steps, have)
         self._applied = plan.interface
         if steps.done:
-            log.info("%s: %s", where, "; ".join(steps.done))
+            log.info("tc netqos changed", extra={"where": where, "steps": "; ".join(steps.done)})
 
     def clear(self) -> None:
         iface = self._applied or self.resolve_interface()
@@ -281,19 +175,7 @@ class TcNetQoS:
                 errors.append(f"{what}: {err}")
 
         with self._session() as nl:
-            rules = self._read_rules()
-            for family in FAMILIES:
-                for line in rules.get(family.iptables, []):
-                    if self._is_jump(line):
-                        args = shlex.split(line)[1:]
-                        attempt(f"{family.iptables} delete jump", partial(self._ipt, family, "-D", *args))
-                if any(line.startswith(f"-N {self.chain}") for line in rules.get(family.iptables, [])):
-                    attempt(f"{family.iptables} flush {self.chain}", partial(self._ipt, family, "-F", self.chain))
-                    attempt(f"{family.iptables} delete {self.chain}", partial(self._ipt, family, "-X", self.chain))
-            present = set(self._run(["ipset", "list", "-n"], None).split())
-            for name in self._owned_sets():
-                if name in present:
-                    attempt(f"destroy ipset {name}", partial(self._ipset, "destroy", name))
+            self._classifiers.clear(attempt)
             link = nl.link(iface)
             ifb = nl.link(self.ifb_name)
             if link is not None:
@@ -355,39 +237,7 @@ class TcNetQoS:
                 ifb_filters = nl.filters(ifb.index, ROOT_HANDLE)
         classes = {c.classid: c for c in nl.classes(link.index)} if root is not None else {}
         return _Installed(link, root, classes, ingress, redirects, ifb, ifb_root, ifb_classes, ifb_filters,
-                          self._read_sets(), self._read_rules())
-
-    def _read_sets(self) -> dict[str, tuple[str, frozenset[str]]]:
-        present = set(self._run(["ipset", "list", "-n"], None).split())
-        sets = {}
-        for name in self._owned_sets():
-            if name not in present:
-                continue
-            family, members = "", set()
-            for line in self._run(["ipset", "save", name], None).splitlines():
-                words = line.split()
-                if words[:2] == ["create", name] and "family" in words:
-                    family = words[words.index("family") + 1]
-                elif words[:2] == ["add", name] and len(words) >= 3:
-                    members.add(str(ipaddress.ip_address(words[2])))
-            sets[name] = (family, frozenset(members))
-        return sets
-
-    def _read_rules(self) -> dict[str, list[str]]:
-        rules = {}
-        for family in FAMILIES:
-            try:
-                lines = self._ipt(family, "-S").splitlines()
-            except Unsupported:
-                lines = []
-            rules[family.iptables] = [
-                ln for ln in lines if ln.startswith(("-A POSTROUTING ", f"-N {self.chain}", f"-A {self.chain} "))
-                and (not ln.startswith("-A POSTROUTING ") or self._is_jump(ln))
-            ]
-        return rules
-
-    def _is_jump(self, line: str) -> bool:
-        return line.startswith("-A POSTROUTING ") and line.split()[-2:] == ["-j", self.chain]
+                          self._classifiers.read_sets(), self._classifiers.read_rules())
 
     def _is_redirect(self, flt: U32Filter, ifb: Link | None) -> bool:
         return ifb is not None and flt.prio == REDIRECT_PRIO and flt.redirect_ifindex == ifb.index
@@ -402,7 +252,7 @@ class TcNetQoS:
 
     # egress and the IFB: qdiscs and classes
 
-    def _ensure_htb(self, nl: Netlink, steps: _Steps, link: Link, root: Qdisc | None,
+    def _ensure_htb(self, nl: Netlink, steps: Steps, link: Link, root: Qdisc | None,
                     have: dict[int, HtbClass], want: list[HtbClass], label: str) -> None:
         if root is None or (root.kind, root.handle) != ("htb", ROOT_HANDLE):
             if root is not None and root.handle != 0:
@@ -434,10 +284,10 @@ class TcNetQoS:
             want.append(HtbClass(ROOT_HANDLE | CLASS_MINOR[name], ROOT_CLASS, rate, ceil, CLASS_PRIO[name]))
         return want
 
-    def _apply_egress(self, nl: Netlink, steps: _Steps, plan: NetQoSPlan, have: _Installed) -> None:
+    def _apply_egress(self, nl: Netlink, steps: Steps, plan: NetQoSPlan, have: _Installed) -> None:
         self._ensure_htb(nl, steps, have.link, have.root, have.classes, self._want_classes(plan, "egress"), "egress")
 
-    def _apply_ingress(self, nl: Netlink, steps: _Steps, plan: NetQoSPlan, have: _Installed) -> None:
+    def _apply_ingress(self, nl: Netlink, steps: Steps, plan: NetQoSPlan, have: _Installed) -> None:
         ifb = have.ifb
         if ifb is not None and ifb.kind != "ifb":
             raise CommandFailed(f"{steps.where}: {self.ifb_name} exists and is a {ifb.kind or 'plain'} link, not ifb")
@@ -463,7 +313,7 @@ class TcNetQoS:
             steps.run(f"redirect ingress of {have.link.name} to {self.ifb_name}", lambda: nl.add_u32(index, want),
                       lambda: nl.del_filter(index, want))
 
-    def _ensure_dst_filters(self, nl: Netlink, steps: _Steps, plan: NetQoSPlan, ifb: Link,
+    def _ensure_dst_filters(self, nl: Netlink, steps: Steps, plan: NetQoSPlan, ifb: Link,
                             have: list[U32Filter]) -> None:
         want = []
         for name, cls in plan.classes():
@@ -488,105 +338,13 @@ class TcNetQoS:
                 steps.run(f"drop ingress classifier dst {_keys_ip(flt.keys)} -> {handle_text(flt.classid)}",
                           partial(nl.del_filter, ifb.index, flt), partial(nl.add_u32, ifb.index, flt))
 
-    def _remove_ingress(self, nl: Netlink, steps: _Steps, have: _Installed) -> None:
+    def _remove_ingress(self, nl: Netlink, steps: Steps, have: _Installed) -> None:
         for flt in have.redirects:
             steps.run("delete ingress redirect", partial(nl.del_filter, have.link.index, flt))
         if have.ingress and have.redirects and len(nl.filters(have.link.index, INGRESS_HANDLE)) == 0:
             steps.run("delete ingress qdisc", lambda: nl.del_qdisc(have.link.index, INGRESS_HANDLE, 0xFFFFFFF1))
         if have.ifb is not None and have.ifb.kind == "ifb":
             steps.run(f"delete ifb {self.ifb_name}", partial(nl.del_link, have.ifb.index))
-
-    # egress classification: ipsets + iptables CLASSIFY
-
-    def _apply_classifiers(self, steps: _Steps, plan: NetQoSPlan, have: _Installed) -> None:
-        needs_v6 = any(not IPV4.owns(ip) for _, cls in plan.classes() for ip in cls.source_ips)
-        for family in FAMILIES:
-            if family is IPV6 and not needs_v6:
-                self._remove_family(steps, family, have)
-                continue
-            for name, cls in plan.classes():
-                self._ensure_set(steps, self.set_name(name, family), family, _members(cls, family), have)
-            self._ensure_rules(steps, family, plan.interface, have.rules.get(family.iptables, []))
-
-    def _ensure_set(self, steps: _Steps, name: str, family: Family, members: frozenset[str],
-                    have: _Installed) -> None:
-        old = have.sets.get(name)
-        if old is not None and old[0] != family.ipset_family:
-            raise CommandFailed(f"{steps.where}: ipset {name} has family {old[0]}, expected {family.ipset_family}")
-        if old is None:
-            steps.run(f"create ipset {name} ({len(members)} address(es))",
-                      lambda: self._restore(_fill(name, family, members)),
-                      lambda: self._ipset("destroy", name))
-        elif old[1] != members:
-            tmp = self._tmp_set(name)
-            if tmp in have.sets:
-                self._ipset("destroy", tmp)
-            steps.run(f"refill ipset {name} ({len(members)} address(es))",
-                      lambda: self._swap(name, tmp, family, members), lambda: self._swap(name, tmp, family, old[1]))
-
-    def _swap(self, name: str, tmp: str, family: Family, members: frozenset[str]) -> None:
-        # ipset swap exchanges the sets atomically, so the iptables rule never sees a half-filled set.
-        try:
-            self._restore(_fill(tmp, family, members) + f"swap {tmp} {name}\ndestroy {tmp}\n")
-        except KoordletError:
-            with suppress(KoordletError):
-                self._ipset("destroy", tmp)
-            raise
-
-    def _ensure_rules(self, steps: _Steps, family: Family, iface: str, lines: list[str]) -> None:
-        if f"-N {self.chain}" not in lines:
-            steps.run(f"{family.iptables} create chain {self.chain}", lambda: self._ipt(family, "-N", self.chain),
-                      lambda: self._ipt(family, "-X", self.chain))
-        want = [
-            f"-A {self.chain} -m set --match-set {self.set_name(name, family)} src "
-            f"-j CLASSIFY --set-class {ROOT_HANDLE >> 16:04x}:{CLASS_MINOR[name]:04x}"
-            for name in CLASS_NAMES
-        ]
-        jump = f"-A POSTROUTING -o {iface} -j {self.chain}"
-        for line in [*want, jump]:
-            if line not in lines:
-                args = shlex.split(line)[1:]
-                steps.run(f"{family.iptables} {line}", partial(self._ipt, family, "-A", *args),
-                          partial(self._ipt, family, "-D", *args))
-        for line in lines:
-            if line.startswith("-A ") and line not in want and line != jump:
-                args = shlex.split(line)[1:]
-                steps.run(f"{family.iptables} delete {line}", partial(self._ipt, family, "-D", *args),
-                          partial(self._ipt, family, "-A", *args))
-
-    def _remove_family(self, steps: _Steps, family: Family, have: _Installed) -> None:
-        lines = have.rules.get(family.iptables, [])
-        for line in lines:
-            if self._is_jump(line):
-                args = shlex.split(line)[1:]
-                steps.run(f"{family.iptables} delete {line}", partial(self._ipt, family, "-D", *args))
-        if f"-N {self.chain}" in lines:
-            steps.run(f"{family.iptables} flush chain {self.chain}", lambda: self._ipt(family, "-F", self.chain))
-            steps.run(f"{family.iptables} delete chain {self.chain}", lambda: self._ipt(family, "-X", self.chain))
-        for name in CLASS_NAMES:
-            set_name = self.set_name(name, family)
-            if set_name in have.sets:
-                steps.run(f"destroy ipset {set_name}", partial(self._ipset, "destroy", set_name))
-
-    def _ipt(self, family: Family, *args: str) -> str:
-        return self._run([family.iptables, "-w", "-t", "mangle", *args], None)
-
-    def _ipset(self, *args: str) -> str:
-        return self._run(["ipset", *args], None)
-
-    def _restore(self, script: str) -> None:
-        self._run(["ipset", "restore"], script)
-
-
-def _members(cls: ClassBandwidth, family: Family) -> frozenset[str]:
-    return frozenset(ip for ip in cls.source_ips if family.owns(ip))
-
-
-def _fill(name: str, family: Family, members: frozenset[str]) -> str:
-    lines = [f"create {name} hash:ip family {family.ipset_family}"]
-    lines += [f"add {name} {ip}" for ip in sorted(members, key=ipaddress.ip_address)]
-    return "\n".join(lines) + "\n"
-
 
 def _byte_aligned(bps: int) -> int:
     # HTB keeps rates in bytes per second; compare what the kernel will report back.
@@ -633,3 +391,7 @@ def _classes_text(classes: dict[int, HtbClass]) -> dict[str, dict[str, object]]:
         }
         for c in sorted(classes.values(), key=lambda c: c.classid)
     }
+
+
+__all__ = ["CLASS_MINOR", "DEFAULT_PREFIX", "FAMILIES", "IPV4", "IPV6", "ROOT_CLASS", "Family", "Runner", "TcNetQoS",
+           "subprocess_runner"]

@@ -16,24 +16,24 @@ an object keyed by UID there, which the agent's ``json.Unmarshal`` into a slice 
 writes the array.  It needs the pods' names and UIDs, which the plan does not carry, so it takes a pod
 source; without one it leaves ``pod.json`` alone.
 
-Every file is replaced atomically (temporary file in the same directory, fsync, rename, fsync of the
-directory): the agent reacts to each fsnotify event on the name and must never read half a file.
+Every file is replaced atomically (:mod:`koordlet.system.atomicfile`: temporary file in the same directory,
+fsync, rename, fsync of the directory): the agent reacts to each fsnotify event on the name and must never
+read half a file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import ipaddress
 import json
 import os
 import posixpath
-import secrets
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from koordlet.errors import ConfigError, from_errno
 from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoSPlan
+from koordlet.system import atomicfile
 
 if TYPE_CHECKING:
     from koordlet.statesinformer.framework import PodMeta
@@ -165,46 +165,10 @@ class TerwayNetQoS:
         if self._written.get(name) == text and _read(path) == text:
             return  # unchanged: no fsnotify event, no agent resync
         try:
-            fd, tmp = _create_temp(self.directory, name)
+            atomicfile.write(path, text.encode())
         except OSError as exc:
-            raise from_errno(exc.errno or errno.EIO, f"write {path}") from None
-        try:
-            try:
-                data = memoryview(text.encode())
-                while data:
-                    data = data[os.write(fd, data):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            _fsync_dir(self.directory)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
             raise from_errno(exc.errno or errno.EIO, f"write {path}") from None
         self._written[name] = text
-
-
-_TEMP_ATTEMPTS = 8
-_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _random_suffix() -> str:
-    return secrets.token_hex(8)
-
-
-def _create_temp(directory: str, name: str) -> tuple[int, str]:
-    """A new temporary file next to ``name``: an unpredictable name, created exclusively and never through a
-    symlink (``O_EXCL | O_NOFOLLOW``), so whoever can write the directory (the agent's, often shared through a
-    hostPath) cannot plant a link that makes koordlet, as root, truncate a file elsewhere.  A name that exists
-    already (planted or left over) is skipped for a fresh one."""
-    for _ in range(_TEMP_ATTEMPTS):
-        tmp = os.path.join(directory, f".{name}.koordlet-{_random_suffix()}.tmp")
-        try:
-            return os.open(tmp, _TEMP_FLAGS, 0o644), tmp
-        except FileExistsError:
-            continue
-    raise OSError(errno.EEXIST, f"no free temporary name for {name} after {_TEMP_ATTEMPTS} attempts", directory)
 
 
 def _read(path: str) -> str | None:
@@ -213,15 +177,6 @@ def _read(path: str) -> str | None:
             return f.read()
     except (OSError, UnicodeDecodeError):
         return None
-
-
-def _fsync_dir(directory: str) -> None:
-    # The rename is durable only once the directory entry is on disk.
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["DEFAULT_DIR", "NODE_FILE", "POD_FILE", "TerwayNetQoS", "node_config", "pod_entries"]

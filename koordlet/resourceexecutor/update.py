@@ -1,8 +1,11 @@
-"""The values plugins hand to the executor (:class:`CgroupUpdate`) and what comes back (:class:`Result`).
+"""The values plugins hand to the executors (:class:`CgroupUpdate`) and what comes back (:class:`Result`).
 
-Plugins compute values; they never open cgroup files (CONVENTIONS #14).  A :class:`CgroupUpdate` names
-the resource by its :data:`koordlet.system.REGISTRY` key, so the executor can resolve the file for the
-host's cgroup version, validate the value with the descriptor and translate it for v2.
+Plugins compute values; they never open cgroup files.  A :class:`CgroupUpdate` names the resource by its
+descriptor (:data:`koordlet.system.resources.CPU_CFS_QUOTA`...), so the executor can resolve the file for
+the host's cgroup version, validate the value with the descriptor and translate it for v2.
+
+Every executor (cgroup files, resctrl, core-scheduling cookies, ``oom_score_adj``) answers with the same
+:class:`Result` and the same :class:`Outcome` values, so callers count, log and report them one way.
 """
 
 from __future__ import annotations
@@ -11,60 +14,103 @@ import enum
 from dataclasses import dataclass
 
 from koordlet.errors import ConfigError
+from koordlet.system.cgroupfile import CgroupFile
 from koordlet.system.resources import REGISTRY
 
 
 class Outcome(enum.Enum):
-    """What happened to one update."""
+    """What happened to one request to an executor."""
 
     WRITTEN = "written"
     SKIPPED_UNCHANGED = "skipped_unchanged"
-    """The same text was written to the same file less than ``force_update_seconds`` ago."""
+    """The same text was written to the same target less than ``force_update_seconds`` ago (or, for a
+    multi-task request, every task already was where it should be)."""
+    DONE = "done"
+    """A call that writes no value succeeded (a ``prctl`` reading or moving a core-scheduling cookie)."""
     UNSUPPORTED = "unsupported"
-    """The kernel lacks the file or refused the value with EINVAL; not retried before the backoff ends
-    unless the value changes."""
+    """The kernel lacks the file or feature, or refused the value with EINVAL; not retried before the
+    backoff ends unless the value changes."""
     GONE = "gone"
-    """The cgroup disappeared (ENOENT on its directory, ENODEV, ESRCH): an expected race."""
+    """The cgroup, group or task disappeared (ENOENT on its directory, ENODEV, ESRCH): an expected race."""
     INVALID = "invalid"
-    """Refused by the descriptor's validator before anything was written."""
+    """Refused by validation before anything was written."""
     FAILED = "failed"
     """Any other error (EACCES/EPERM, EBUSY, ENOSPC, EIO...)."""
 
 
-@dataclass(frozen=True)
+_OK = frozenset({Outcome.WRITTEN, Outcome.SKIPPED_UNCHANGED, Outcome.DONE})
+
+
+@dataclass(frozen=True, init=False, slots=True)
 class CgroupUpdate:
     """One desired cgroup value: ``value`` (canonical, cgroup v1 semantics: shares, ``-1`` for
     unlimited) for resource ``resource`` in cgroup ``rel_dir`` (relative to the hierarchy root).
 
     ``owner`` says who wants it and why (``"cpusuppress: be cpuset"``); it goes to the audit log."""
 
-    resource: str
-    """A key of :data:`koordlet.system.REGISTRY` (``cpu_shares``, ``cpuset_cpus``...)."""
+    resource: CgroupFile
+    """A descriptor of :mod:`koordlet.system.resources` (``CPU_CFS_QUOTA``...)."""
     rel_dir: str
     value: object
     owner: str
 
-    def __post_init__(self) -> None:
-        # An unknown key is a plugin bug, not bad runtime input: fail where the update is built.
-        if self.resource not in REGISTRY:
-            raise ConfigError(f"unknown cgroup resource {self.resource!r} (known: {', '.join(sorted(REGISTRY))})")
-        if not self.owner:
-            raise ConfigError(f"a cgroup update of {self.resource} in {self.rel_dir!r} needs an owner for the audit")
+    def __init__(self, resource: CgroupFile, rel_dir: str, value: object, owner: str) -> None:
+        # An unknown resource is a plugin bug, not bad runtime input: fail where the update is built.  A
+        # registry key (a str) is refused too: the descriptor is what names a resource.
+        if not isinstance(resource, CgroupFile) or REGISTRY.get(resource.key) is not resource:
+            raise ConfigError(f"unknown cgroup resource {getattr(resource, 'key', resource)!r}: not a descriptor "
+                              "of koordlet.system.resources")
+        if not owner:
+            raise ConfigError(f"a cgroup update of {resource.key} in {rel_dir!r} needs an owner for the audit")
+        # Frozen: the fields are set the way the dataclass's own __init__ would.
+        setattr_ = object.__setattr__
+        setattr_(self, "resource", resource)
+        setattr_(self, "rel_dir", rel_dir)
+        setattr_(self, "value", value)
+        setattr_(self, "owner", owner)
+
+    @property
+    def key(self) -> str:
+        """The resource's registry key (``cpu_cfs_quota``): what audit entries and metrics name."""
+        return self.resource.key
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Result:
-    """The outcome of one :class:`CgroupUpdate`; ``path`` and ``text`` are None when the update was
-    rejected before a file was resolved or a value rendered."""
+    """What happened to one request to an executor; read-only by convention.  Not a frozen dataclass: the
+    cgroup executor builds one per update per round (thousands in a steady round), and a frozen
+    dataclass's ``__init__`` costs several times as much.
 
-    update: CgroupUpdate
+    ``request`` is the :class:`CgroupUpdate` a cgroup write answers (None for the other executors);
+    ``path`` the file, directory or task (``pid:<n>``) acted on and ``text`` the value written (or that
+    would have been), both None when the request was rejected before they were known.  Requests covering
+    several tasks list them: ``applied`` (moved or given the cookie now), ``already`` (needed nothing),
+    ``gone`` (exited first: expected, not an error) and ``failed`` ((task, error) of the other failures).
+    """
+
+    request: CgroupUpdate | None
     outcome: Outcome
     path: str | None = None
     text: str | None = None
-    """The text written (or that would have been written) to ``path``."""
     error: str | None = None
+    group: str | None = None
+    """The resctrl control group ("" for the root group) of a resctrl result."""
+    cookie: int | None = None
+    """The core-scheduling cookie read, or now on the tasks (0 after a clear), when known."""
+    applied: tuple[int, ...] = ()
+    already: tuple[int, ...] = ()
+    gone: tuple[int, ...] = ()
+    failed: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def update(self) -> CgroupUpdate:
+        """The cgroup update this result answers; only results of the cgroup executor have one."""
+        if self.request is None:
+            raise AttributeError(
+                f"a {self.outcome.value} result of {self.path or self.group!r} answers no cgroup update")
+        return self.request
 
     @property
     def ok(self) -> bool:
-        """The file holds the desired value as far as the executor knows."""
-        return self.outcome in (Outcome.WRITTEN, Outcome.SKIPPED_UNCHANGED)
+        """The target holds the desired state as far as the executor knows."""
+        return self.outcome in _OK and not self.failed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from typing import Protocol
 
 # The largest cgroup file the executor reads back (a cpuset list of 64 Ki ids fits easily).
@@ -46,3 +47,12 @@ class FileWriter:
         if written != len(data):
             # cgroupfs never writes part of a value; a short count means the value was not applied.
             raise OSError(errno.EIO, f"short write ({written} of {len(data)} bytes)", path)
+
+
+def read_quietly(read: Callable[[str], str], path: str) -> str | None:
+    """The stripped content of ``path``, or None when it cannot be read: for the old value an audit entry
+    shows and for the hints next to an error, where a failed read must not hide the write's own outcome."""
+    try:
+        return read(path).strip()
+    except OSError:
+        return None

@@ -23,17 +23,19 @@ from typing import Protocol
 from koordlet.apis.extension import QoSClass
 from koordlet.resourceexecutor.update import CgroupUpdate, Result
 from koordlet.runtimehooks.framework import WRITE_PREFIX, Adjustment, HookRequest, Stage
+from koordlet.system import resources
+from koordlet.system.cgroupfile import CgroupFile
 from koordlet.system.kubepaths import CgroupDriver, cgroup_parent_dir, container_dir_name
 
-FIELD_RESOURCES: Mapping[str, str] = {
-    "cpu_shares": "cpu_shares",
-    "cpu_quota": "cpu_cfs_quota",
-    "cpu_period": "cpu_cfs_period",
-    "cpuset_cpus": "cpuset_cpus",
-    "cpuset_mems": "cpuset_mems",
-    "memory_limit": "memory_limit",
+FIELD_RESOURCES: Mapping[str, CgroupFile] = {
+    "cpu_shares": resources.CPU_SHARES,
+    "cpu_quota": resources.CPU_CFS_QUOTA,
+    "cpu_period": resources.CPU_CFS_PERIOD,
+    "cpuset_cpus": resources.CPUSET_CPUS,
+    "cpuset_mems": resources.CPUSET_MEMS,
+    "memory_limit": resources.MEMORY_LIMIT,
 }
-"""Adjustment field -> the registry resource it is written to."""
+"""Adjustment field -> the cgroup resource it is written to."""
 
 OWNER = "runtimehooks"
 
@@ -52,8 +54,8 @@ def cgroup_updates(adjustment: Adjustment, rel_dir: str, *, with_fields: bool) -
             if value is None or (name.startswith("cpuset_") and value == ""):
                 continue
             updates.append(CgroupUpdate(resource, rel_dir, value, _owner(adjustment, name)))
-    for resource, value in adjustment.writes.items():
-        updates.append(CgroupUpdate(resource, rel_dir, value, _owner(adjustment, WRITE_PREFIX + resource)))
+    for key, value in adjustment.writes.items():
+        updates.append(CgroupUpdate(resources.REGISTRY[key], rel_dir, value, _owner(adjustment, WRITE_PREFIX + key)))
     return updates
 
 

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from koordlet.component import Worker
 from koordlet.config.types import RuntimeHooksConfig
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRunner
@@ -55,18 +56,21 @@ class RuntimeHooks:
         self._applier = applier
         self.nri: NriPlugin | None = None
         self._loop: Any = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
+        self._nri_worker = Worker("runtimehooks-nri")
         self._lock = threading.Lock()
+
+    @property
+    def running(self) -> bool:
+        """The reconciler runs, and so does the NRI thread when NRI is on (waiting for the runtime's socket
+        counts: it connects once the socket appears)."""
+        return self.reconciler.running and (self._nri_worker.running or not self.config.enable_nri)
 
     def start(self, on_failure: Callable[[BaseException], None]) -> None:
         self.reconciler.start(on_failure)
         if self.server is not None:
             self.server.start()
         if self.config.enable_nri:
-            self._thread = threading.Thread(target=self._run_nri, args=(on_failure,), name="runtimehooks-nri",
-                                            daemon=True)
-            self._thread.start()
+            self._nri_worker.start(lambda: self._run_nri(on_failure))
         log.info("runtime hooks started", extra={
             "hooks": list(self.runner.names),
             "server": self.server.socket_path if self.server else None,
@@ -75,7 +79,7 @@ class RuntimeHooks:
     def _run_nri(self, on_failure: Callable[[BaseException], None]) -> None:
         path = self.config.nri_socket_path
         while not os.path.exists(path):
-            if self._stopping.wait(NRI_SOCKET_POLL_SECONDS):
+            if self._nri_worker.stopping.wait(NRI_SOCKET_POLL_SECONDS):
                 return
         import asyncio
 
@@ -84,7 +88,7 @@ class RuntimeHooks:
         loop = asyncio.new_event_loop()
         plugin = NriPlugin(self.runner, self._applier, path, idx=self.config.nri_plugin_idx)
         with self._lock:
-            if self._stopping.is_set():
+            if self._nri_worker.stopping.is_set():
                 loop.close()
                 return
             self.nri, self._loop = plugin, loop
@@ -98,13 +102,12 @@ class RuntimeHooks:
 
     def stop(self, timeout_seconds: float) -> None:
         with self._lock:
-            self._stopping.set()
+            self._nri_worker.stopping.set()
             plugin, loop = self.nri, self._loop
         if plugin is not None and loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop already ended
                 loop.call_soon_threadsafe(plugin.stop)
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
+        self._nri_worker.stop(timeout_seconds)
         if self.server is not None:
             self.server.stop()
         self.reconciler.stop(timeout_seconds)

@@ -1,7 +1,8 @@
-"""What hooks may read and call besides the request (CONVENTIONS #4: injected, never imported singletons).
+"""What hooks may read and call besides the request: injected rather than imported, so a test hands a hook
+a fake executor, NodeSLO or cgroup tree.
 
-Every hook package exposes ``NAME`` and ``new(deps: HookDeps) -> Hook``; the daemon builds one
-:class:`HookDeps` and the hook list from :data:`koordlet.runtimehooks.hooks.FACTORIES`.  Sources are
+Every hook package exposes ``NAME``, ``new(deps: HookDeps) -> Hook`` and ``PLUGIN``; the daemon builds one
+:class:`HookDeps` and the hook list from :data:`koordlet.runtimehooks.hooks.PLUGINS`.  Sources are
 callables, read at each request, so a hook always sees the NodeSLO and node annotations in force now.
 """
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.tenantpolicy import TenantPolicy
-from koordlet.qosmanager.plugins.coresched.cookies import CookieBook
+from koordlet.isolation.coresched.cookies import CookieBook
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.resourceexecutor.resctrl import ResctrlExecutor
 from koordlet.system.layout import CgroupLayout
@@ -31,7 +32,7 @@ class HookDeps:
     layout: CgroupLayout | None = None
     """The host's cgroup hierarchy (container task lists for coresched and resctrl); None in pure unit tests."""
     gates: Mapping[str, bool] = field(default_factory=dict)
-    """Feature gates in force (``koordlet.config.features``)."""
+    """Feature gates in force (``koordlet.config.gates``)."""
     probes: Mapping[str, bool] = field(default_factory=dict)
     """Host capabilities by probe name (``koordlet.system.probes``): ``bvt``, ``cpu_idle``, ``core_sched``..."""
     nodeslo: Callable[[], NodeSLOSpec | None] = _no_slo

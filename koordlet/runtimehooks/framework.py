@@ -26,6 +26,7 @@ from koordlet.apis.extension import QoSClass, pod_qos
 from koordlet.apis.gojson import loads
 from koordlet.apis.pod import Container, Pod
 from koordlet.errors import ConfigError, KoordletError
+from koordlet.system.cgroupfile import CgroupFile
 from koordlet.system.kubepaths import KubeQoS, cgroup_parent_dir, kube_qos_of_parent
 from koordlet.system.resources import REGISTRY
 
@@ -172,13 +173,13 @@ class HookContext:
         self.adjustment.maps.setdefault(name, {})[key] = value
         self.adjustment.owners[f"{name}.{key}"] = self.hook
 
-    def write(self, resource: str, value: object) -> None:
-        """Asks for a cgroup file the runtime cannot set (``resource`` a registry key); the value is
-        validated by the executor when it is written."""
-        if resource not in REGISTRY:
-            raise KoordletError(f"hook {self.hook}: unknown cgroup resource {resource!r}")
-        self.adjustment.writes[resource] = value
-        self.adjustment.owners[WRITE_PREFIX + resource] = self.hook
+    def write(self, resource: CgroupFile, value: object) -> None:
+        """Asks for a cgroup file the runtime cannot set (a descriptor of :mod:`koordlet.system.resources`);
+        the value is validated by the executor when it is written."""
+        if REGISTRY.get(resource.key) is not resource:
+            raise KoordletError(f"hook {self.hook}: unknown cgroup resource {resource.key!r}")
+        self.adjustment.writes[resource.key] = value
+        self.adjustment.owners[WRITE_PREFIX + resource.key] = self.hook
 
 
 @dataclass(frozen=True)

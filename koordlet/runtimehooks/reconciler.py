@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from koordlet.component import Worker
 from koordlet.resourceexecutor.update import Outcome
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
@@ -72,28 +73,29 @@ class Reconciler:
         self._incarnations: dict[str, int] = {}
         """pod cgroup dir -> the directory's identity when the last round applied to it."""
         self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker(self.name)
         self._failing: dict[str, str] = {}
         """pod key -> the error logged for its current failure streak."""
         self.rounds = 0
 
     # --- lifecycle --------------------------------------------------------------------------------------
 
+    @property
+    def running(self) -> bool:
+        return self._worker.running
+
     def start(self, on_failure: Callable[[BaseException], None]) -> None:
         self._informer.subscribe(lambda _pods: self._wake.set())
-        self._thread = threading.Thread(target=self._loop, args=(on_failure,), name=self.name, daemon=True)
-        self._thread.start()
+        self._worker.start(lambda: self._loop(on_failure))
 
     def stop(self, timeout_seconds: float) -> None:
-        self._stop.set()
+        self._worker.stopping.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
+        self._worker.stop(timeout_seconds)
 
     def _loop(self, on_failure: Callable[[BaseException], None]) -> None:
         try:
-            while not self._stop.is_set():
+            while not self._worker.stopping.is_set():
                 self.reconcile(self._informer.pods())
                 self._wake.wait(self._interval)
                 self._wake.clear()
@@ -170,8 +172,8 @@ class Reconciler:
             problems += self._oom_score(rel_dir, oom, owner)
         for outcome in results:
             ok = outcome.outcome not in _FAILED
-            self._metrics.observe_reconciler(level, outcome.update.resource, ok, seconds / max(1, len(results)))
+            self._metrics.observe_reconciler(level, outcome.update.key, ok, seconds / max(1, len(results)))
             if not ok:
-                problems.append(f"{outcome.update.resource} in {rel_dir}: {outcome.outcome.value}"
+                problems.append(f"{outcome.update.key} in {rel_dir}: {outcome.outcome.value}"
                                 + (f" ({outcome.error})" if outcome.error else ""))
         return problems

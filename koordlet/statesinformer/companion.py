@@ -16,12 +16,10 @@ adds the bearer token to every call.  On it run:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import random
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -32,7 +30,9 @@ import grpc
 
 from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
 from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
+from koordlet.component import Worker
 from koordlet.errors import ConfigError, KoordletError
+from koordlet.system import atomicfile
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ class CompanionNodeMetricSink:
 
 
 class NodeSLOTarget(Protocol):
-    """What the source needs of :class:`koordlet.qosmanager.nodeslo.NodeSLOHolder`."""
+    """What the source needs of :class:`koordlet.statesinformer.nodeslo.NodeSLOHolder`."""
 
     def offer_spec(self, spec_json: Any, origin: str, where: str = "spec") -> bool:
         ...
@@ -279,8 +279,7 @@ class CompanionNodeSLOSource:
         self._max_backoff = max_backoff_seconds
         self._rng = rng
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("koordlet-companion-nodeslo")
         self._call: Any = None
         self.last_generation = 0
         """Generation of the newest update received (accepted or not): sent back when the watch reopens."""
@@ -338,18 +337,8 @@ class CompanionNodeSLOSource:
         directory = self.persist_path.parent
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.persist_path.name}.", suffix=".tmp", dir=directory)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.persist_path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-            _fsync_directory(directory)
+            # A failed directory fsync loses nothing a crash would not: the copy is only a fallback.
+            atomicfile.write(self.persist_path, data, mode=0o600, on_dir_sync_error=lambda exc: None)
         except OSError as exc:
             if not self._persist_failing:
                 log.warning("cannot persist NodeSLO; a restart without the companion would use the defaults",
@@ -381,26 +370,24 @@ class CompanionNodeSLOSource:
 
     # ------------------------------------------------------------------------------------- component
 
+    @property
+    def running(self) -> bool:
+        return self._worker.running
+
     def start(self, on_failure: Callable[[BaseException], None]) -> None:
-        if self._thread is not None:
+        if self._worker.running:
             raise RuntimeError("CompanionNodeSLOSource already started")
         self.load_persisted()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, args=(on_failure,), name="koordlet-companion-nodeslo",
-                                        daemon=True)
-        self._thread.start()
+        self._worker.start(lambda: self._loop(on_failure))
 
     def stop(self, timeout_seconds: float = STOP_GRACE_SECONDS) -> None:
-        self._stop.set()
+        self._worker.stopping.set()
         with self._lock:
             call = self._call
         if call is not None:
-            call.cancel()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout_seconds)
-            if thread.is_alive():
-                log.warning("companion NodeSLO watch still busy at stop", extra={"timeout_seconds": timeout_seconds})
+            call.cancel()  # a watch in flight ends now rather than at the companion's next message
+        if not self._worker.stop(timeout_seconds):
+            log.warning("companion NodeSLO watch still busy at stop", extra={"timeout_seconds": timeout_seconds})
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before reopening after ``attempt`` consecutive failures (1-based)."""
@@ -410,9 +397,9 @@ class CompanionNodeSLOSource:
     def _loop(self, on_failure: Callable[[BaseException], None]) -> None:
         try:
             attempt = 0
-            while not self._stop.is_set():
+            while not self._worker.stopping.is_set():
                 connected, error = self._watch_once()
-                if self._stop.is_set():
+                if self._worker.stopping.is_set():
                     break
                 if connected:  # a stream that worked starts the backoff afresh
                     attempt = 0
@@ -427,7 +414,7 @@ class CompanionNodeSLOSource:
                                        "retry_seconds": round(delay, 1)})
                 else:
                     log.debug("NodeSLO watch still failing", extra={"attempt": attempt, "error": _describe(error)})
-                self._stop.wait(delay)
+                self._worker.stopping.wait(delay)
         except BaseException as exc:  # a bug in the loop: the daemon decides
             on_failure(exc)
 
@@ -437,7 +424,7 @@ class CompanionNodeSLOSource:
         call = self._client.watch(self.last_generation, self.last_instance)
         with self._lock:
             self._call = call
-        if self._stop.is_set():  # stop() ran before the call was visible to it
+        if self._worker.stopping.is_set():  # stop() ran before the call was visible to it
             call.cancel()
         connected = False
         try:
@@ -479,14 +466,3 @@ def _decode_persisted(raw: bytes) -> Mapping[str, Any]:
     return document
 
 
-def _fsync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

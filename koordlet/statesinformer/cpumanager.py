@@ -14,11 +14,11 @@ kubelet writes the file by rename, so a reader never sees half of one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from koordlet.apis import gojson
 from koordlet.errors import ParseError
 from koordlet.system.validators import parse_cpulist
 
@@ -79,24 +79,14 @@ class KubeletCPUManager:
 
 
 def _cpus(value: Any, where: str) -> tuple[int, ...]:
-    if not isinstance(value, str):
-        raise ParseError(f"{where}: expected a cpu list string, got {value!r}")
-    try:
-        return tuple(parse_cpulist(value))
-    except ValueError as exc:
-        raise ParseError(f"{where} {value!r}: {exc}") from None
+    return tuple(gojson.parsed(value, where, parse_cpulist, expected="a cpu list string"))
 
 
 def parse_cpu_manager_state(text: str, where: str) -> CPUManagerState:
     """The checkpoint in ``text``; raises :class:`ParseError` naming ``where`` (the file) and the field."""
     if not text.strip():
         raise ParseError(f"{where}: empty (kubelet writes the checkpoint whole, by rename)")
-    try:
-        obj = json.loads(text)
-    except ValueError as exc:
-        raise ParseError(f"{where}: not JSON: {exc}") from None
-    if not isinstance(obj, Mapping):
-        raise ParseError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    obj = gojson.load_object(text, where)
     policy = obj.get("policyName")
     if not isinstance(policy, str) or not policy:
         raise ParseError(f"{where}: policyName: expected a policy name, got {policy!r}")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from koordlet.apis.pod import Pod
 from koordlet.apis.tenantpolicy import TenantPolicy
+from koordlet.component import Worker
 from koordlet.config.types import Config
 from koordlet.errors import KoordletError, ParseError
 from koordlet.statesinformer.cpumanager import KubeletCPUManager
@@ -70,8 +71,7 @@ class StatesInformer:
         self._callbacks: list[PodsCallback] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("koordlet-statesinformer")
         self._pleg_factory = pleg_factory
         self._pleg: object | None = None
         self.tenant = TenantPolicy.from_config(config.tenant)
@@ -176,6 +176,12 @@ class StatesInformer:
 
     # ------------------------------------------------------------------------------ component
 
+    @property
+    def running(self) -> bool:
+        """Standalone: whether the rescan thread is alive; with kubelet there is no thread (the kubelet source
+        drives it), so it runs as long as the daemon does."""
+        return self._worker.running or not self._config.standalone
+
     def start(self, on_failure: Callable[[BaseException], None]) -> None:
         """Standalone: the first scan happens before returning, so collectors start with pods."""
         if not self._config.standalone:
@@ -186,26 +192,26 @@ class StatesInformer:
             self._pleg.start()  # type: ignore[attr-defined]
         interval = self._config.kubelet.sync_interval_seconds
 
+        stopping = self._worker.stopping
+
         def loop() -> None:
             try:
-                while not self._stop.is_set():
+                while not stopping.is_set():
                     self._wake.wait(interval)
                     self._wake.clear()
-                    if self._stop.is_set():
+                    if stopping.is_set():
                         break
                     self.sync_standalone()
                     # At most 5 rescans a second however busy the runtime is (Koordinator's PLEG rate).
-                    self._stop.wait(0.2)
+                    stopping.wait(0.2)
             except BaseException as exc:
                 on_failure(exc)
 
-        self._thread = threading.Thread(target=loop, name="koordlet-statesinformer", daemon=True)
-        self._thread.start()
+        self._worker.start(loop)
 
     def stop(self, timeout_seconds: float) -> None:
-        self._stop.set()
+        self._worker.stopping.set()
         self._wake.set()
         if self._pleg is not None:
             self._pleg.stop(timeout_seconds)  # type: ignore[attr-defined]
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
+        self._worker.stop(timeout_seconds)

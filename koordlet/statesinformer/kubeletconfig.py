@@ -5,9 +5,9 @@ without restarting koordlet (upstream re-reads kubelet's configuration on its no
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
+from koordlet.component import Worker
 from koordlet.statesinformer.kubelet import KubeletClient, KubeletError
 from koordlet.statesinformer.reservation import Reservation
 
@@ -28,8 +28,7 @@ class KubeletConfigSync:
         self._interval = interval_seconds
         self._refresh = refresh_seconds
         self._on_reservation = on_reservation
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("koordlet-kubelet-config")
         self._failing = False
         self.attempts = 0
         self.reservation: Reservation | None = None
@@ -40,9 +39,12 @@ class KubeletConfigSync:
             reservation = self._client.get_reservation()
         except KubeletError as exc:
             if not self._failing:
-                what = ("cannot read kubelet's reservation yet, assuming none; retrying" if self.reservation is None
-                        else "cannot re-read kubelet's configuration; keeping the last one read")
-                log.warning(what, extra={"error": exc.reason})
+                if self.reservation is None:
+                    log.warning("cannot read kubelet's reservation yet, assuming none; retrying",
+                                extra={"error": exc.reason})
+                else:
+                    log.warning("cannot re-read kubelet's configuration; keeping the last one read",
+                                extra={"error": exc.reason})
             self._failing = True
             return False
         self._failing = False
@@ -54,20 +56,18 @@ class KubeletConfigSync:
                                                    "cpu_manager_policy": reservation.cpu_manager_policy})
         return True
 
-    def start(self, on_failure: Callable[[BaseException], None]) -> None:
-        def loop() -> None:
-            try:
-                while not self._stop.is_set():
-                    self.sync_once()
-                    self._stop.wait(self._interval if self.reservation is None else self._refresh)
-            except BaseException as exc:
-                on_failure(exc)
+    @property
+    def running(self) -> bool:
+        return self._worker.running
 
-        self._thread = threading.Thread(target=loop, name="koordlet-kubelet-config", daemon=True)
-        self._thread.start()
+    def start(self, on_failure: Callable[[BaseException], None]) -> None:
+        def sync() -> float:
+            self.sync_once()
+            return self._interval if self.reservation is None else self._refresh
+
+        self._worker.loop(sync, on_failure)
 
     def stop(self, timeout_seconds: float) -> None:
-        self._stop.set()
-        self._client.abort()
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
+        self._worker.stopping.set()
+        self._client.abort()  # a read in flight ends now rather than at its timeout
+        self._worker.stop(timeout_seconds)

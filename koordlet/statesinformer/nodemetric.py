@@ -23,13 +23,10 @@ and a JSON file under the state dir); the companion's network sink implements th
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import logging
 import math
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -48,11 +45,13 @@ from koordlet.apis.nodemetric import (
     PodMetricInfo,
     ResourceMap,
 )
+from koordlet.component import Worker
 from koordlet.errors import KoordletError
 from koordlet.metriccache import names
 from koordlet.metriccache.aggregate import Aggregate
 from koordlet.metriccache.cache import Labels, labels_of
 from koordlet.statesinformer.framework import PodMeta
+from koordlet.system import atomicfile
 
 log = logging.getLogger(__name__)
 
@@ -250,40 +249,15 @@ class LocalNodeMetricSink:
         target = self.path
         try:
             self._state_dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{STATE_FILE}.", suffix=".tmp", dir=self._state_dir)
+            atomicfile.write(target, data, mode=0o644, on_dir_sync_error=self._dir_sync_failed)
         except OSError as exc:
             raise NodeMetricWriteError(exc.errno or errno.EIO,
                                        f"cannot write NodeMetric to {target}: {exc.strerror or exc}") from exc
-        try:
-            with os.fdopen(fd, "wb") as tmp:
-                tmp.write(data)
-                tmp.flush()
-                os.fsync(tmp.fileno())
-            os.chmod(tmp_name, 0o644)
-            os.replace(tmp_name, target)
-        except OSError as exc:
-            # Leave no temporary file behind: the directory is ours and a retry makes another one.
-            with contextlib.suppress(OSError):
-                os.unlink(tmp_name)
-            raise NodeMetricWriteError(exc.errno or errno.EIO,
-                                       f"cannot write NodeMetric to {target}: {exc.strerror or exc}") from exc
-        _fsync_directory(self._state_dir)
 
-
-def _fsync_directory(directory: Path) -> None:
-    # The rename is durable only once the directory entry is on disk; a failure here loses nothing that is
-    # not already lost on a crash, so it is logged, not raised.
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as exc:
-        log.debug("cannot open state dir for fsync", extra={"path": str(directory), "error": str(exc)})
-        return
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        log.debug("state dir fsync failed", extra={"path": str(directory), "error": str(exc)})
-    finally:
-        os.close(fd)
+    def _dir_sync_failed(self, exc: OSError) -> None:
+        # The rename is durable only once the directory entry is on disk; a failure here loses nothing that
+        # is not already lost on a crash, so it is logged, not raised.
+        log.debug("state dir fsync failed", extra={"path": str(self._state_dir), "error": str(exc)})
 
 
 # ---------------------------------------------------------------------------------------------- runner
@@ -328,12 +302,11 @@ class NodeMetricRunner:
         self._clock = clock
         self._monotonic = monotonic
         self._recorder = recorder
-        self._stop = threading.Event()
+        self._worker = Worker("koordlet-nodemetric")
         self._wake = threading.Event()
         """Set by stop(), by a policy whose interval changed and by report_now()."""
         self._now = threading.Event()
         """Set by report_now(): the next round runs at once instead of on its slot."""
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._rounds = 0
         self._failures = 0
@@ -383,31 +356,25 @@ class NodeMetricRunner:
             raise errors[0]
         return status
 
+    @property
+    def running(self) -> bool:
+        return self._worker.running
+
     def start(self, on_failure: Callable[[BaseException], None]) -> None:
-        if self._thread is not None:
-            raise RuntimeError("NodeMetricRunner already started")
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, args=(on_failure,), name="koordlet-nodemetric",
-                                        daemon=True)
-        self._thread.start()
+        self._worker.start(lambda: self._loop(on_failure))
 
     def stop(self, timeout_seconds: float) -> None:
-        self._stop.set()
+        self._worker.stopping.set()
         self._wake.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout_seconds)
-            if thread.is_alive():
-                log.warning("NodeMetric runner still busy at stop", extra={"timeout_seconds": timeout_seconds})
-            else:
-                self._thread = None
+        if not self._worker.stop(timeout_seconds):
+            log.warning("NodeMetric runner still busy at stop", extra={"timeout_seconds": timeout_seconds})
 
     def _loop(self, on_failure: Callable[[BaseException], None]) -> None:
         try:
             next_due = self._monotonic() + self._policy.report_interval_seconds
             while True:
                 self._wake.wait(max(0.0, next_due - self._monotonic()))
-                if self._stop.is_set():
+                if self._worker.stopping.is_set():
                     return
                 if self._wake.is_set():  # a new interval: the next report is due within it
                     self._wake.clear()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from koordlet.apis.pod import Pod
+from koordlet.component import alive
 from koordlet.statesinformer.kubelet import KubeletError
 from koordlet.statesinformer.pleg import Pleg
 
@@ -123,6 +124,10 @@ class KubeletPodSource:
             return self._cond.wait_for(lambda: self.sync_ok > 0, timeout_seconds)
 
     # ---------------------------------------------------------------------------------- lifecycle
+
+    @property
+    def running(self) -> bool:
+        return alive(self._thread)
 
     def start(self, on_failure: Callable[[BaseException], None] | None = None) -> None:
         """Starts the PLEG (if paths were given) and the sync thread, whose first sync is immediate.

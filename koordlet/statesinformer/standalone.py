@@ -9,7 +9,8 @@ BestEffort pods map to LSR/LS/BE as Koordinator's fallback does.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 from koordlet.apis.extension import LABEL_QOS
 from koordlet.apis.pod import Container, Pod
@@ -31,6 +32,9 @@ WORKLOAD_SOURCE = "config"
 """``PodMeta.source`` of a configured workload."""
 DISCOVERED_SOURCE = "kubepods"
 """``PodMeta.source`` of a pod found in a kubepods tree on the host."""
+
+
+_Name = TypeVar("_Name")
 
 
 def workload_uid(name: str) -> str:
@@ -70,35 +74,34 @@ def scan_kubepods(layout: CgroupLayout, driver: CgroupDriver, parent: str = "") 
     pods: list[PodMeta] = []
     for qos in KubeQoS:
         qdir = under_parent(parent, qos_dir(driver, qos))
-        try:
-            entries = list(os.scandir(os.path.join(root, qdir)))
-        except OSError:
-            continue
-        for entry in entries:
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            try:
-                uid = parse_pod_dir_name(driver, entry.name)
-            except ParseError:
-                continue  # QoS subdirectories, and directories that are not pods
+        # Names that do not parse are QoS subdirectories and directories that are not pods.
+        for entry, uid in _named_subdirs(os.path.join(root, qdir), lambda name: parse_pod_dir_name(driver, name)):
             pods.append(_discovered_pod(entry.path, f"{qdir}/{entry.name}", uid, qos, driver))
     return pods
 
 
-def _discovered_pod(path: str, rel_dir: str, uid: str, qos: KubeQoS, driver: CgroupDriver) -> PodMeta:
-    containers: list[ContainerMeta] = []
+def _named_subdirs(path: str, parse: Callable[[str], _Name]) -> Iterator[tuple[os.DirEntry[str], _Name]]:
+    """The directories right under ``path`` whose names ``parse`` accepts, with what it made of them; none
+    when ``path`` cannot be listed (gone meanwhile)."""
     try:
-        children = list(os.scandir(path))
+        entries = list(os.scandir(path))
     except OSError:
-        children = []
-    for child in children:
-        if not child.is_dir(follow_symlinks=False):
+        return
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
             continue
         try:
-            ref = parse_container_dir_name(driver, child.name)
+            parsed = parse(entry.name)
         except ParseError:
             continue
-        containers.append(ContainerMeta(name=ref.id[:12], container_id=ref.id, cgroup_dir=f"{rel_dir}/{child.name}"))
+        yield entry, parsed
+
+
+def _discovered_pod(path: str, rel_dir: str, uid: str, qos: KubeQoS, driver: CgroupDriver) -> PodMeta:
+    containers = [
+        ContainerMeta(name=ref.id[:12], container_id=ref.id, cgroup_dir=f"{rel_dir}/{child.name}")
+        for child, ref in _named_subdirs(path, lambda name: parse_container_dir_name(driver, name))
+    ]
     containers.sort(key=lambda c: c.container_id)
     pod = Pod(
         uid=uid,

@@ -1,7 +1,8 @@
 """The host as koordlet sees it: roots, cgroup layout and paths, cgroup file descriptors, kernel probes.
 
-Layering: this package imports only the standard library, :mod:`koordlet.errors` and (lazily, inside
-the functions that read through the C core) :mod:`koordlet.native`.  Importing it touches no file.
+Layering: this package imports only the standard library and :mod:`koordlet.errors`; the functions that
+read through the C core take the :mod:`koordlet.native` object from their caller.  Importing it touches no
+file.
 """
 
 from koordlet.system.cgroupfile import (

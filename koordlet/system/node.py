@@ -7,7 +7,6 @@ same code that reads cgroup files every tick is exercised on the host's sysfs an
 from __future__ import annotations
 
 import errno
-import importlib
 import os
 import re
 from dataclasses import dataclass
@@ -105,15 +104,14 @@ def _numa_nodes(paths: HostPaths, native: Any) -> tuple[NumaNode, ...]:
     return tuple(NumaNode(n, tuple(native.read_cpulist(os.path.join(base, f"node{n}", "cpulist")))) for n in ids)
 
 
-def read_node_info(paths: HostPaths, *, native: Any | None = None) -> NodeInfo:
+def read_node_info(paths: HostPaths, native: Any) -> NodeInfo:
     """Reads the node's topology, memory, kernel release and cgroup layout.
 
-    ``native`` stands in for :mod:`koordlet.native` (``read_int``, ``read_cpulist``, ``read_meminfo``).
+    ``native`` is :mod:`koordlet.native` or a stand-in (``read_int``, ``read_cpulist``, ``read_meminfo``):
+    the caller passes it because the host layer sits below the C core's wrappers and imports nothing of them.
     Raises the reader's error naming the file (``CgroupGone`` for a missing file, ``ParseError`` for
     garbage) or :class:`~koordlet.errors.Unsupported` when no cgroup hierarchy is mounted.
     """
-    if native is None:
-        native = importlib.import_module("koordlet.native")
     release = _read_text(paths.proc("sys/kernel/osrelease")).strip()
     if not release:
         raise ParseError(f"{paths.proc('sys/kernel/osrelease')}: empty kernel release")

@@ -2,16 +2,15 @@
 
 ``probe_all`` answers for every feature koordlet may use (``koordctl doctor`` prints the list, the
 daemon logs it and turns strategies off that cannot work).  A probe never raises: an error becomes an
-unsupported result whose reason names the file, call and errno.  Calls into the C core go through an
-injectable ``native`` object (``koordlet.native`` by default, imported only when probing) so unit tests
-can stand in for the kernel.
+unsupported result whose reason names the file, call and errno.  Calls into the C core go through the
+``native`` object the caller passes (``koordlet.native``, None when it cannot be loaded; the host layer sits
+below the C core's wrappers and imports nothing of them), so unit tests can stand in for the kernel.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import importlib
 import os
 import secrets
 from collections.abc import Callable, Iterator
@@ -349,18 +348,13 @@ def _run(name: str, probe: Callable[[_Context], tuple[bool, str]], ctx: _Context
     return ProbeResult(name, supported, reason)
 
 
-def _load_native() -> tuple[Any, str]:
-    try:
-        return importlib.import_module("koordlet.native"), ""
-    except ImportError as exc:  # NativeBuildMismatch is an ImportError too
-        return None, str(exc)
-
-
-def probe_all(paths: HostPaths, *, native: Any | None = None, layout: CgroupLayout | None = None) -> list[ProbeResult]:
+def probe_all(paths: HostPaths, native: Any | None, *, native_error: str = "not loaded",
+              layout: CgroupLayout | None = None) -> list[ProbeResult]:
     """Runs every probe, in :data:`PROBE_NAMES` order.
 
-    ``native`` stands in for :mod:`koordlet.native` (``HAS_*`` flags, ``read_psi``, ``read_cpulist``,
-    ``PsiTrigger``, ``PerfEvent``, ``PerfGroup``, ``sched_core_get``); ``layout`` skips detection.
+    ``native`` is :mod:`koordlet.native` or a stand-in (``HAS_*`` flags, ``read_psi``, ``read_cpulist``,
+    ``PsiTrigger``, ``PerfEvent``, ``PerfGroup``, ``sched_core_get``); None when the C core cannot be loaded,
+    ``native_error`` saying why (the probes that need it report that).  ``layout`` skips detection.
     The per-cgroup perf probe creates ``<unified>/koordlet-probe-<pid>-<random>`` and removes it; on a v2
     host the file probes use one such child when no kubepods cgroup exists.
     """
@@ -370,10 +364,7 @@ def probe_all(paths: HostPaths, *, native: Any | None = None, layout: CgroupLayo
             layout = detect_layout(paths)
         except (OSError, KoordletError) as exc:
             layout_error = _describe(exc)
-    native_error = ""
-    if native is None:
-        native, native_error = _load_native()
-    ctx = _Context(paths, layout, layout_error, native, native_error)
+    ctx = _Context(paths, layout, layout_error, native, "" if native is not None else native_error)
     results = [_run(name, probe, ctx) for name, probe in _FEATURE_PROBES]
     with contextlib.ExitStack() as stack:
         if layout is not None and layout.mode is CgroupMode.V2 and layout.unified_root is not None:

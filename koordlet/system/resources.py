@@ -1,8 +1,8 @@
 """Every cgroup file koordlet's strategies read or write, as :class:`~koordlet.system.cgroupfile.CgroupFile`
 descriptors keyed by a stable name (``cpu_shares``, ``memory_limit``...).
 
-The set and the v1 -> v2 renames follow Koordinator's ``util/system/cgroup_resource.go`` and the
-strategy tables of ``shared/reference/koordinator-facts.md``; the bounds are the kernel's where it has
+The set and the v1 -> v2 renames follow Koordinator's ``util/system/cgroup_resource.go`` and the files
+its QoS strategies (``pkg/koordlet/qosmanager/plugins``) touch; the bounds are the kernel's where it has
 one (checked against the test host's kernel by ``tests/integration/system``) and Koordinator's otherwise.
 """
 
@@ -146,20 +146,23 @@ CPU_STAT = CgroupFile(
         ),
     ),
 )
-CPUSET_CPUS = CgroupFile(
-    "cpuset_cpus",
-    "CPUs a cgroup may run on (leveled writes: parents first when growing)",
-    FileVersion("cpuset.cpus", FileKind.CPULIST, "cpuset"),
-    FileVersion("cpuset.cpus", FileKind.CPULIST, "cpuset", _NON_ROOT),
-    CpuList(),
+
+
+def _cpuset_list(name: str, doc: str, file_name: str) -> CgroupFile:
+    """A writable cpuset list file: the same name in v1 and v2, where the root has none."""
+    return CgroupFile(
+        name,
+        doc,
+        FileVersion(file_name, FileKind.CPULIST, "cpuset"),
+        FileVersion(file_name, FileKind.CPULIST, "cpuset", _NON_ROOT),
+        CpuList(),
+    )
+
+
+CPUSET_CPUS = _cpuset_list(
+    "cpuset_cpus", "CPUs a cgroup may run on (leveled writes: parents first when growing)", "cpuset.cpus"
 )
-CPUSET_MEMS = CgroupFile(
-    "cpuset_mems",
-    "memory nodes a cgroup may allocate from",
-    FileVersion("cpuset.mems", FileKind.CPULIST, "cpuset"),
-    FileVersion("cpuset.mems", FileKind.CPULIST, "cpuset", _NON_ROOT),
-    CpuList(),
-)
+CPUSET_MEMS = _cpuset_list("cpuset_mems", "memory nodes a cgroup may allocate from", "cpuset.mems")
 CPUSET_CPUS_EFFECTIVE = CgroupFile(
     "cpuset_cpus_effective",
     "CPUs a cgroup actually gets (its cpus masked by its parents')",

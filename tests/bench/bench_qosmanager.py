@@ -34,12 +34,12 @@ from koordlet.metriccache.cache import labels_of
 from koordlet.qosmanager.evictor import DryRunBackend, Evictions
 from koordlet.qosmanager.framework import Decision, DecisionLog, Options, Strategy
 from koordlet.qosmanager.manager import QoSManager
-from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.qosmanager.registry import build_strategies
 from koordlet.resourceexecutor import AuditLog, ResourceExecutor
 from koordlet.statesinformer.cpumanager import KubeletCPUManager
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
+from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS
@@ -94,7 +94,7 @@ class Timed:
 class Informer:
     def __init__(self, pods: tuple[PodMeta, ...]) -> None:
         self._pods = pods
-        self._node = read_node_info(HostPaths())
+        self._node = read_node_info(HostPaths(), native)
 
     def pods(self) -> tuple[PodMeta, ...]:
         return self._pods
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             assert holder.offer_spec(NODESLO, "bench"), holder.current().rejected
             manager = QoSManager(options, strategies, holder)
             containers = sum(len(p.containers) for p in pods)
-            # As the daemon does once its components started (koordlet/cli/daemon.py).
+            # As the daemon does once its components started (koordlet/daemon/lifecycle.py).
             gc.freeze()
 
             rounds: list[float] = []

@@ -73,7 +73,7 @@ START_TIMEOUT = 60.0
 
 
 def hook_runner() -> HookRunner:
-    """The daemon's hooks under the default gates (koordlet/cli/agent.py ``build_runtime_hooks``), with a
+    """The daemon's hooks under the default gates (koordlet/daemon/agent.py ``build_runtime_hooks``), with a
     real hook-duration histogram; no resctrl/coresched executors (they need the host's filesystems)."""
     from prometheus_client import CollectorRegistry
 

@@ -31,11 +31,13 @@ import pytest
 from koordlet.apis.proto.companion.v1 import companion_pb2
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2_grpc as cri_grpc
+from koordlet.log import TextFormatter
 from koordlet.metriccache import CacheSettings, MetricCache
 from koordlet.metriccache.cache import series_key
 from koordlet.metriccache.component import MetricCacheComponent
-from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.companion import CompanionClient, CompanionNodeSLOSource
+from koordlet.statesinformer.nodeslo import NodeSLOHolder
+from runtimeproxy.cli import FieldsFormatter
 from runtimeproxy.store import Store
 from tests.fixtures.cleanup import Cleanup, remove_tree
 from tests.fixtures.debugclient import get
@@ -96,7 +98,9 @@ def fill_up(directory: Path) -> Path:
 
 
 def disk_messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == DISK_LOGGER and r.levelno == level]
+    """The store's records at ``level`` as the agent's text log lines: the message, then its fields."""
+    formatter = TextFormatter()
+    return [formatter.format(r) for r in caplog.records if r.name == DISK_LOGGER and r.levelno == level]
 
 
 def test_history_writes_on_a_full_disk_are_dropped_with_one_warning_and_resume_after(
@@ -127,14 +131,15 @@ def test_history_writes_on_a_full_disk_are_dropped_with_one_warning_and_resume_a
                 dropped = cache.disk.dropped_chunks
                 wait_until("more failed writes", lambda: cache.disk.dropped_chunks >= dropped + 5 * len(series), 20)
                 # The flusher thread lives on and the rings keep serving the newest samples.
-                assert component._thread is not None and component._thread.is_alive()
+                assert component.running
                 # The collector moves the clock on only after appending every series at the time before.
                 before = clock[0]
                 newest = cache.latest(*series[0])
                 assert newest is not None and newest[0] >= before - 1, (newest, before)
                 (warning,) = disk_messages(caplog, logging.WARNING)
-                assert f"metric store {state / 'metrics.db'}: writing history failed: database or disk is full" \
-                    in warning, warning
+                assert "metric store failing" in warning and f"path={state / 'metrics.db'}" in warning, warning
+                assert 'action="writing history"' in warning and 'error="database or disk is full' in warning, \
+                    warning
                 assert not disk_messages(caplog, logging.INFO) and not disk_messages(caplog, logging.ERROR)
 
                 filler.unlink()
@@ -143,7 +148,7 @@ def test_history_writes_on_a_full_disk_are_dropped_with_one_warning_and_resume_a
                 wait_until("new history on disk",
                            lambda: cache.disk.read(series_key(*series[0]), resumed_at, 1e12)[0], 10)
                 (info,) = disk_messages(caplog, logging.INFO)
-                assert f"metric store {state / 'metrics.db'} works again" in info, info
+                assert "metric store works again" in info and f"path={state / 'metrics.db'}" in info, info
                 assert len(disk_messages(caplog, logging.WARNING)) == 1
             finally:
                 stop.set()
@@ -160,7 +165,8 @@ def test_a_store_opened_on_a_full_disk_keeps_history_in_memory_and_says_so_once(
             cache = MetricCache(CacheSettings(path=path), lambda: T0)
         try:
             (line,) = disk_messages(caplog, logging.ERROR)
-            assert f"metric store {path} cannot be used (" in line and "database or disk is full" in line, line
+            assert "metric store cannot be used" in line and f"path={path}" in line, line
+            assert "database or disk is full" in line, line
             assert "keeping history in memory only" in line
             assert cache.disk.journal_mode == "memory"
             cache.append("node_cpu_usage", (), T0, 0.5)
@@ -185,13 +191,16 @@ def test_checkpoint_writes_on_a_full_disk_fail_once_per_streak_and_catch_up(
                 wait_until("three failed checkpoint writes", lambda: store.failed_writes >= 3)
                 store.put_pod(POD2_ID, pod_request("other"))
                 wait_until("more failed checkpoint writes", lambda: store.failed_writes >= 6)
-                (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-                assert f"cannot write checkpoint {path}: No space left on device" in error, error
+                (error,) = [FieldsFormatter("%(message)s").format(r) for r in caplog.records
+                            if r.levelno == logging.ERROR]
+                assert "cannot write the checkpoint" in error and f"path={path}" in error, error
+                assert "error=No space left on device" in error, error
 
                 filler.unlink()
                 wait_until("the checkpoint written again", lambda: store.failed_writes == 0)
-                (info,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-                assert f"checkpoint {path} written again after" in info, info
+                (info,) = [FieldsFormatter("%(message)s").format(r) for r in caplog.records
+                           if r.levelno == logging.INFO]
+                assert "checkpoint written again" in info and f"path={path}" in info, info
         finally:
             store.close()
         assert sorted(p.name for p in state.iterdir()) == ["checkpoint.json"], "a failed write left its temp file"
@@ -318,8 +327,9 @@ def test_koordlet_starts_on_a_damaged_store_and_nodeslo_names_what_it_dropped_an
                    lambda: agent.running() and agent.collecting(), START_SECONDS)
         store_lines = [line for line in agent.lines() if "metric store" in line]
         assert len(store_lines) == 1, store_lines
-        assert f"metric store {metrics_db} is unreadable: file is not a database" in store_lines[0]
-        assert " ERROR " in store_lines[0] and "moved to" in store_lines[0], store_lines[0]
+        assert "metric store moved aside" in store_lines[0] and f"path={metrics_db}" in store_lines[0]
+        assert 'problem="unreadable: file is not a database' in store_lines[0], store_lines[0]
+        assert " ERROR " in store_lines[0] and f"moved_to={metrics_db}.corrupt-" in store_lines[0], store_lines[0]
         nodeslo_lines = [line for line in agent.lines() if "persisted NodeSLO" in line]
         assert len(nodeslo_lines) == 1, nodeslo_lines
         assert f"path={nodeslo}" in nodeslo_lines[0] and "not valid JSON" in nodeslo_lines[0], nodeslo_lines[0]
@@ -339,8 +349,9 @@ def test_koordlet_where_wal_cannot_map_its_index_falls_back_says_so_once_and_run
         with koordlet(tmp_path, state, no_shared_mmap=True) as agent:
             wait_until("koordlet collecting", lambda: agent.running() and agent.collecting(), START_SECONDS)
             line = [line for line in agent.lines() if "metric store" in line][-1]
-            assert f"metric store {state / 'metrics.db'}: journal_mode=WAL: disk I/O error (SQLITE_IOERR_SHMMAP); " \
-                   "using journal_mode=DELETE with an exclusive lock" in line, line
+            assert "metric store fell back to another journal mode with an exclusive lock" in line, line
+            assert f"path={state / 'metrics.db'}" in line and "journal_mode=DELETE" in line, line
+            assert 'failures="journal_mode=WAL: disk I/O error (SQLITE_IOERR_SHMMAP)' in line, line
             assert len([line for line in agent.lines() if "metric store" in line]) == run
             assert agent.stop() == 0, "\n".join(agent.lines()[-30:])
         assert not [line for line in agent.lines() if "Traceback" in line]
@@ -356,13 +367,14 @@ def test_koordlet_on_a_state_dir_that_fills_up_drops_history_once_and_resumes(tm
         wait_until("the metric store's warning", lambda: [line for line in agent.lines() if "metric store" in line],
                    START_SECONDS)
         (warning,) = [line for line in agent.lines() if "metric store" in line]
-        assert f"metric store {state / 'metrics.db'}: writing history failed: database or disk is full" in warning
+        assert "metric store failing" in warning and f"path={state / 'metrics.db'}" in warning, warning
+        assert 'action="writing history"' in warning and 'error="database or disk is full' in warning, warning
         # Still running, still collecting, and the cache answers from memory.
         wait_until("fresh samples after the fault", lambda: agent.running() and agent.collecting(), START_SECONDS)
         filler.unlink()
-        recovered = f"metric store {state / 'metrics.db'} works again"
-        wait_until("the store working again", lambda: any(recovered in line for line in agent.lines()),
-                   START_SECONDS)
+        recovered = ("metric store works again", f"path={state / 'metrics.db'}")
+        wait_until("the store working again",
+                   lambda: any(all(part in line for part in recovered) for line in agent.lines()), START_SECONDS)
         store_lines = [line for line in agent.lines() if "metric store" in line]
         assert len(store_lines) == 2, store_lines
         assert agent.stop() == 0, "\n".join(agent.lines()[-30:])
@@ -374,8 +386,8 @@ def test_koordlet_on_a_full_state_dir_runs_with_history_in_memory(tmp_path: Path
         with koordlet(tmp_path, state) as agent:
             wait_until("koordlet collecting", lambda: agent.running() and agent.collecting(), START_SECONDS)
             (line,) = [line for line in agent.lines() if "metric store" in line]
-            assert f"metric store {state / 'metrics.db'} cannot be used (" in line, line
-            assert "keeping history in memory only" in line, line
+            assert "metric store cannot be used" in line and f"path={state / 'metrics.db'}" in line, line
+            assert "keeping history in memory only" in line and "database or disk is full" in line, line
             assert agent.stop() == 0, "\n".join(agent.lines()[-30:])
         assert not [line for line in agent.lines() if "Traceback" in line]
 
@@ -423,8 +435,9 @@ def test_the_proxy_starts_on_a_truncated_checkpoint_names_it_and_serves(tmp_path
                        START_SECONDS)
             assert proc.poll() is None, text()
             (line,) = [line for line in text().splitlines() if "ERROR" in line]
-            assert f"checkpoint {checkpoint} is unusable (not valid JSON" in line, line
-            assert f"{len(whole) // 3} bytes" in line and f"moved to {checkpoint}.bad" in line, line
+            assert "the checkpoint is unusable" in line and f"path={checkpoint}" in line, line
+            assert "error=not valid JSON" in line, line
+            assert f"bytes={len(whole) // 3}" in line and f"kept=moved to {checkpoint}.bad" in line, line
             with grpc.insecure_channel(f"unix://{proxy_sock}") as channel:
                 answer = cri_grpc.RuntimeServiceStub(channel).Version(cri.VersionRequest(), timeout=10)
             assert answer.runtime_name == "fake-runtime"
@@ -486,8 +499,11 @@ def test_koordlet_runs_with_its_state_dir_on_a_folder_shared_from_the_host(tmp_p
             assert (len(store_lines) == 1) if folder.refuses_shared_mappings() else (len(store_lines) <= 1), \
                 (folder, store_lines)
             if store_lines:
-                assert f"metric store {state / 'metrics.db'}: journal_mode=WAL: " in store_lines[0], store_lines[0]
-                assert "using journal_mode=DELETE with an exclusive lock" in store_lines[0], store_lines[0]
+                assert "metric store fell back to another journal mode with an exclusive lock" in store_lines[0], \
+                    store_lines[0]
+                assert f"path={state / 'metrics.db'}" in store_lines[0], store_lines[0]
+                assert 'failures="journal_mode=WAL: ' in store_lines[0], store_lines[0]
+                assert "journal_mode=DELETE" in store_lines[0], store_lines[0]
             assert agent.stop() == 0, "\n".join(agent.lines()[-30:])
         assert not [line for line in agent.lines() if "Traceback" in line], agent.lines()
         with contextlib.closing(sqlite3.connect(state / "metrics.db")) as db:

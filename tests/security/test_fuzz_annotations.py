@@ -27,12 +27,12 @@ from koordlet.apis.nodeslo import CPUBurstStrategy, MemoryQOSCfg, default_cpu_bu
 from koordlet.apis.pod import Container, Pod, Resources
 from koordlet.companion.batchresource import parse_node_reservation
 from koordlet.errors import KoordletError, ParseError
+from koordlet.isolation.coresched import rules as coresched
+from koordlet.isolation.resctrl import annotation as resctrl_annotation
+from koordlet.isolation.resctrl.schemata import PlanError
 from koordlet.qosmanager import evictpick
 from koordlet.qosmanager.plugins.cgreconcile import podconfig as memory_podconfig
-from koordlet.qosmanager.plugins.coresched import rules as coresched
 from koordlet.qosmanager.plugins.cpuburst import podconfig as burst_podconfig
-from koordlet.qosmanager.plugins.resctrl import annotation as resctrl_annotation
-from koordlet.qosmanager.plugins.resctrl.schemata import PlanError
 from koordlet.runtimehooks.hooks import batchresource as batch_hook
 from koordlet.runtimehooks.hooks import cpuset as cpuset_hook
 from koordlet.runtimehooks.hooks import groupidentity, oomscoreadj

@@ -1,4 +1,4 @@
-"""Fuzzing of the scheduler extender's request decoding (koordlet/companion/extender.py).
+"""Fuzzing of the scheduler extender's request decoding (koordlet/companion/extender/).
 
 kube-scheduler posts ``ExtenderArgs`` (``Pod`` plus ``Nodes`` or ``NodeNames``) to ``/filter`` and
 ``/prioritize``; the pod is a tenant's object.  The handler's contract: JSON that is not ExtenderArgs is a

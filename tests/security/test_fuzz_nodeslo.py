@@ -4,7 +4,7 @@
   ``collect_policy_json``, through ``CompanionNodeSLOSource.apply`` into the real ``NodeSLOHolder``; the report
   reply's collect policy through ``CompanionNodeMetricSink.offer_policy``);
 - ``NodeSLOSpec.from_json`` (koordlet/apis/nodeslo), ``NodeMetricCollectPolicy.from_spec`` and
-  ``NodeMetric.from_json`` (koordlet/apis/nodemetric.py);
+  ``NodeMetric.from_json`` (koordlet/apis/nodemetric/);
 - the ConfigMap keys the companion renders per node (koordlet/apis/sloconfig.py, the companion's
   ``SLOController``) and the ConfigMap YAML of ``--config-file``.
 
@@ -31,8 +31,8 @@ from koordlet.apis.nodeslo.fields import JsonObject
 from koordlet.apis.proto.companion.v1 import companion_pb2
 from koordlet.companion.slocontroller import SLOController
 from koordlet.errors import ConfigError, ParseError
-from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.companion import CompanionNodeMetricSink, CompanionNodeSLOSource
+from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from tests.security.fuzzkit import (
     decode,
     duration_text,

@@ -42,10 +42,12 @@ from koordlet.resourceexecutor import CgroupUpdate, Outcome, ResourceExecutor, t
 from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoSPlan
 from koordlet.resourceexecutor.writer import FileWriter
 from koordlet.runtimehooks.apply import Applier
+from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import FailurePolicy, Hook, HookContext, HookRunner, Stage
 from koordlet.runtimehooks.hooks import batchresource
 from koordlet.runtimehooks.nri.plugin import ANSWER_DEADLINE, NriPlugin
 from koordlet.statesinformer.kubelet import KubeletClient
+from koordlet.system import atomicfile
 from koordlet.system import resources as r
 from runtimeproxy.backend import KNOWN_METHODS, UNKNOWN_METHODS_CACHED, Backend, PassthroughHandler, serve
 from tests.fixtures.fakehost import FakeHost
@@ -119,7 +121,7 @@ def test_a_blocking_cgroup_write_does_not_hold_the_nri_answer(fake_host: FakeHos
     held = str(fake_host.cgroup_path(POD_DIR, r.MEMORY_LIMIT))
     writer = KernelHeldWriter(held)
     executor = ResourceExecutor(fake_host.layout(), lambda: 0.0, None, writer=writer)
-    runner = HookRunner([batchresource.new()])
+    runner = HookRunner([batchresource.new(HookDeps())])
 
     async def attack(runtime: FakeNriRuntime, conn: Any, plugin: NriPlugin) -> None:
         loop = asyncio.get_running_loop()
@@ -135,7 +137,7 @@ def test_a_blocking_cgroup_write_does_not_hold_the_nri_answer(fake_host: FakeHos
         answer = await runtime.call(conn, "CreateContainer", api_pb2.CreateContainerRequest(
             pod=sandbox(), container=container()), api_pb2.CreateContainerResponse, timeout=CONTAINERD_TIMEOUT)
         assert answer.adjust.linux.resources.memory.limit.value == 256 << 20
-        other = await asyncio.to_thread(executor.apply, [CgroupUpdate("cpu_shares", "kubepods/burstable", 1024,
+        other = await asyncio.to_thread(executor.apply, [CgroupUpdate(r.CPU_SHARES, "kubepods/burstable", 1024,
                                                                       "attack-test")])
         assert other[0].outcome is Outcome.WRITTEN
         assert not writer.release.is_set()
@@ -277,7 +279,7 @@ def test_a_symlink_planted_at_the_terway_temp_path_is_not_followed(tmp_path: Pat
     # The name the old code used (predictable from koordlet's pid) and the next "random" names.
     (qos / f".{terway.NODE_FILE}.koordlet-{os.getpid()}.tmp").symlink_to(victim)
     names = iter(["guessed", "fresh"])
-    monkeypatch.setattr(terway, "_random_suffix", lambda: next(names))
+    monkeypatch.setattr(atomicfile, "random_suffix", lambda: next(names))
     (qos / f".{terway.NODE_FILE}.koordlet-guessed.tmp").symlink_to(victim)
     plan = NetQoSPlan(interface="eth0", total_bps=10**9, system=ClassBandwidth(0, 10**9, 0, 10**9),
                       ls=ClassBandwidth(0, 10**9, 0, 10**9), be=ClassBandwidth(10**8, 5 * 10**8, 0, 10**9))

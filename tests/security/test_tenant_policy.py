@@ -25,10 +25,9 @@ from koordlet.apis.tenantpolicy import SKIP_HOOK_SERVER
 from koordlet.cli.koordctl import main as koordctl_main
 from koordlet.config.types import Config, HostConfig, TenantConfig
 from koordlet.debugapi.server import DebugServer, DebugSources
+from koordlet.isolation.coresched.rules import LABEL_CORE_SCHED_POLICY
 from koordlet.qosmanager import evictpick
 from koordlet.qosmanager.framework import DecisionLog
-from koordlet.qosmanager.nodeslo import NodeSLOHolder
-from koordlet.qosmanager.plugins.coresched.rules import LABEL_CORE_SCHED_POLICY
 from koordlet.resourceexecutor import oomscore
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.runtimehooks.apply import Applier
@@ -39,6 +38,7 @@ from koordlet.runtimehooks.reconciler import Reconciler
 from koordlet.runtimehooks.tenant import TenantGate
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.statesinformer.informer import StatesInformer, kubelet_pod_meta
+from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from koordlet.system.kubepaths import CgroupDriver
 from koordlet.system.resources import REGISTRY
 from tests.fixtures.failures import ComponentFailures
@@ -118,7 +118,7 @@ def test_oom_score_adj_below_kubelets_through_the_hook(fake_host: FakeHost, tmp_
     # Not yet in the informer's list (a new pod): the runtime's request alone decides.
     meta = kubelet_pod_meta(pod_from_json(kubelet_pod("immortal", namespace, annotations={OOM: "-1000"})),
                             CgroupDriver.CGROUPFS)
-    result = runner(inf, [oomscoreadj.new()]).run(container_request(meta))
+    result = runner(inf, [oomscoreadj.new(HookDeps())]).run(container_request(meta))
     assert result.errors == []
     assert result.adjustment.values.get("oom_score_adj") == (-1000 if honoured else None)
     assert ("oomScoreAdj" in refused_keys(inf, meta)) is not honoured
@@ -129,7 +129,7 @@ def test_oom_score_adj_at_or_above_kubelets_is_honoured_for_tenants(fake_host: F
     # Burstable requesting 4Gi of 16Gi: kubelet gives 1000 - 1000*4/16 = 750.
     metas = publish(inf, kubelet_pod("at", TENANT, annotations={OOM: "750"}, memory_request="4Gi"),
                     kubelet_pod("below", TENANT, annotations={OOM: "749"}, memory_request="4Gi"))
-    hook = runner(inf, [oomscoreadj.new()])
+    hook = runner(inf, [oomscoreadj.new(HookDeps())])
     assert hook.run(container_request(metas["at"])).adjustment.values == {"oom_score_adj": 750}
     assert hook.run(container_request(metas["below"])).adjustment.values == {}
     assert refused_keys(inf, metas["below"]) == ["oomScoreAdj"] and refused_keys(inf, metas["at"]) == []
@@ -182,7 +182,7 @@ def test_cpuset_onto_another_pods_exclusive_cpus_is_refused(fake_host: FakeHost,
     assert "held exclusively by pod team-b/db" in inf.tenant.refused(metas["thief"].uid)[0].reason
     assert "not online" in inf.tenant.refused(metas["wide"].uid)[0].reason
 
-    hook = runner(inf, [cpuset.new(lambda: None)])
+    hook = runner(inf, [cpuset.new(HookDeps())])
     # The runtime's request still carries the annotation: the gate refuses it there too.
     for name, obj in (("thief", thief), ("wide", outside)):
         meta = kubelet_pod_meta(pod_from_json(obj), CgroupDriver.CGROUPFS)
@@ -198,7 +198,7 @@ def test_cpuset_wider_than_the_cpu_limit_cannot_lift_the_quota(fake_host: FakeHo
     obj = kubelet_pod("escape", TENANT, labels={LABEL_QOS: "LS"}, annotations=status("2-7"))
     obj["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "1"}
     metas = publish(inf, obj)
-    hook = runner(inf, [cpuset.new(lambda: None)])
+    hook = runner(inf, [cpuset.new(HookDeps())])
     values = hook.run(container_request(metas["escape"])).adjustment.values
     assert "cpu_quota" not in values and "cpuset_cpus" not in values
     assert refused_keys(inf, metas["escape"]) == ["resourceStatus"]
@@ -240,7 +240,7 @@ def test_a_refusal_is_logged_once_per_pod(fake_host: FakeHost, tmp_path: Path,
                                           caplog: pytest.LogCaptureFixture) -> None:
     inf = informer(fake_host, tmp_path)
     obj = kubelet_pod("sys", TENANT, labels={LABEL_QOS: "SYSTEM"})
-    hook = runner(inf, [oomscoreadj.new()])
+    hook = runner(inf, [oomscoreadj.new(HookDeps())])
     with caplog.at_level(logging.WARNING, logger="koordlet.apis.tenantpolicy"):
         for _ in range(3):
             metas = publish(inf, obj)

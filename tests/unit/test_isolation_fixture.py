@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from koordlet.cli.agent import build_agent
-from koordlet.cli.common import ROOT_STATE_DIR
+from koordlet import native
 from koordlet.config import load
+from koordlet.config.flags import ROOT_STATE_DIR
 from koordlet.config.types import Config
+from koordlet.daemon.agent import build_agent
 from koordlet.debugapi.contract import DEFAULT_SOCKET
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
@@ -83,7 +84,7 @@ def test_an_in_process_agent_on_host_defaults_is_refused_before_it_starts(tmp_pa
     config = load(write_config(tmp_path / "koordlet.yaml", {"standalone": True,
                                                             "server": {"addr": "127.0.0.1:0", "debugSocket": ""}}))
     with pytest.raises(HostDefaultsInTest) as refused:
-        build_agent(config, tmp_path / "state", read_node_info(HostPaths()))
+        build_agent(config, tmp_path / "state", read_node_info(HostPaths(), native))
     for option in ("host.cgroupKubeParent", "runtimeHooks.nriSocketPath", "host.varLibKubeletRootDir"):
         assert option in str(refused.value)
     assert not (tmp_path / "state").exists(), "nothing of the agent was built"

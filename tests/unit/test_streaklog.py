@@ -42,9 +42,10 @@ def test_another_kind_starts_another_streak(caplog: pytest.LogCaptureFixture) ->
     clock = FakeClock(0.0)
     streak = Streak(logging.getLogger(LOGGER), clock)
     for kind in ["a"] * 5 + ["b"] * 5 + ["a"] * 2:
-        streak.fail(kind, "failing %s", "x", level=logging.ERROR)
+        streak.fail(kind, "failing", level=logging.ERROR, extra={"detail": "x"})
         clock.advance(0.5)
     streak.ok("ok")
     assert [(level, message, fields.get("reason"), fields.get("rounds")) for level, message, fields in
-            lines(caplog)] == [("ERROR", "failing x", "a", None), ("ERROR", "failing x", "b", None),
-                               ("ERROR", "failing x", "a", None), ("INFO", "ok", "a", 2)]
+            lines(caplog)] == [("ERROR", "failing", "a", None), ("ERROR", "failing", "b", None),
+                               ("ERROR", "failing", "a", None), ("INFO", "ok", "a", 2)]
+    assert [fields.get("detail") for _, _, fields in lines(caplog)] == ["x", "x", "x", None]

@@ -13,22 +13,9 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Final
 
+import koordlet.apis.nodeslo.types as slo
 from koordlet.apis.extension import QoSClass
 from koordlet.apis.nodeslo.fields import merge_json
-from koordlet.apis.nodeslo.types import (
-    BlkIOQOSCfg,
-    CPUBurstStrategy,
-    CPUQOSCfg,
-    MemoryQOSCfg,
-    NetworkQOSCfg,
-    NodeSLOSpec,
-    ResctrlQOSCfg,
-    ResourceQOS,
-    ResourceQOSPolicies,
-    ResourceQOSStrategy,
-    ResourceThresholdStrategy,
-    SystemStrategy,
-)
 
 DEFAULT_CPU_SUPPRESS_THRESHOLD_PERCENT: Final = 65
 DEFAULT_MEMORY_EVICT_THRESHOLD_PERCENT: Final = 70
@@ -48,60 +35,60 @@ _MEMORY: Final = {QoSClass.LSR: (0, 0, 0, 95, 20, -25), QoSClass.LS: (0, 0, 0, 9
                   QoSClass.BE: (0, 0, 0, 95, 20, 50), QoSClass.SYSTEM: (0, 0, 0, 0, 50, 0)}
 
 
-def default_resource_threshold_strategy() -> ResourceThresholdStrategy:
+def default_resource_threshold_strategy() -> slo.ResourceThresholdStrategy:
     """``resourceUsedThresholdWithBE`` defaults: off, cpuset suppress at 65 %, memory evict at 70 %."""
-    return ResourceThresholdStrategy(
+    return slo.ResourceThresholdStrategy(
         enable=False, cpu_suppress_threshold_percent=DEFAULT_CPU_SUPPRESS_THRESHOLD_PERCENT,
         cpu_suppress_policy="cpuset", memory_evict_threshold_percent=DEFAULT_MEMORY_EVICT_THRESHOLD_PERCENT,
         cpu_evict_policy="evictByRealLimit")
 
 
-def default_resource_qos(qos: QoSClass) -> ResourceQOS:
+def default_resource_qos(qos: QoSClass) -> slo.ResourceQOS:
     """The default settings of one class (LSR, LS, BE or SYSTEM), all disabled."""
     group_identity, sched_idle, core_expeller = _CPU_QOS[qos]
     start, end, mba = _RESCTRL[qos]
     min_limit, low_limit, throttling, wmark_ratio, wmark_scale, wmark_min_adj = _MEMORY[qos]
-    return ResourceQOS(
-        cpu_qos=CPUQOSCfg(enable=False, group_identity=group_identity, sched_idle=sched_idle,
-                          core_expeller=core_expeller),
-        memory_qos=MemoryQOSCfg(enable=False, min_limit_percent=min_limit, low_limit_percent=low_limit,
-                                throttling_percent=throttling, wmark_ratio=wmark_ratio,
-                                wmark_scale_permill=wmark_scale, wmark_min_adj=wmark_min_adj,
-                                priority_enable=0, priority=0, oom_kill_group=0),
-        blkio_qos=BlkIOQOSCfg(enable=False),
-        resctrl_qos=ResctrlQOSCfg(enable=False, cat_range_start_percent=start, cat_range_end_percent=end,
-                                  mba_percent=mba),
-        network_qos=NetworkQOSCfg(enable=False, ingress_request=0, ingress_limit=0, egress_request=0,
-                                  egress_limit=0),
+    return slo.ResourceQOS(
+        cpu_qos=slo.CPUQOSCfg(enable=False, group_identity=group_identity, sched_idle=sched_idle,
+                              core_expeller=core_expeller),
+        memory_qos=slo.MemoryQOSCfg(enable=False, min_limit_percent=min_limit, low_limit_percent=low_limit,
+                                    throttling_percent=throttling, wmark_ratio=wmark_ratio,
+                                    wmark_scale_permill=wmark_scale, wmark_min_adj=wmark_min_adj,
+                                    priority_enable=0, priority=0, oom_kill_group=0),
+        blkio_qos=slo.BlkIOQOSCfg(enable=False),
+        resctrl_qos=slo.ResctrlQOSCfg(enable=False, cat_range_start_percent=start, cat_range_end_percent=end,
+                                      mba_percent=mba),
+        network_qos=slo.NetworkQOSCfg(enable=False, ingress_request=0, ingress_limit=0, egress_request=0,
+                                      egress_limit=0),
     )
 
 
-def default_resource_qos_strategy() -> ResourceQOSStrategy:
+def default_resource_qos_strategy() -> slo.ResourceQOSStrategy:
     """``resourceQOSStrategy`` defaults: groupIdentity and tc policies, every class disabled."""
-    return ResourceQOSStrategy(
-        policies=ResourceQOSPolicies(cpu_policy="groupIdentity", net_qos_policy="tc"),
+    return slo.ResourceQOSStrategy(
+        policies=slo.ResourceQOSPolicies(cpu_policy="groupIdentity", net_qos_policy="tc"),
         lsr_class=default_resource_qos(QoSClass.LSR),
         ls_class=default_resource_qos(QoSClass.LS),
         be_class=default_resource_qos(QoSClass.BE),
         system_class=default_resource_qos(QoSClass.SYSTEM),
-        cgroup_root=ResourceQOS(blkio_qos=BlkIOQOSCfg(enable=False)),
+        cgroup_root=slo.ResourceQOS(blkio_qos=slo.BlkIOQOSCfg(enable=False)),
     )
 
 
-def default_cpu_burst_strategy() -> CPUBurstStrategy:
+def default_cpu_burst_strategy() -> slo.CPUBurstStrategy:
     """``cpuBurstStrategy`` defaults: policy none, 1000 %, 300 %, unlimited period, share pool 50 %."""
-    return CPUBurstStrategy(policy="none", cpu_burst_percent=1000, cfs_quota_burst_percent=300,
-                            cfs_quota_burst_period_seconds=-1, share_pool_threshold_percent=50)
+    return slo.CPUBurstStrategy(policy="none", cpu_burst_percent=1000, cfs_quota_burst_percent=300,
+                                cfs_quota_burst_period_seconds=-1, share_pool_threshold_percent=50)
 
 
-def default_system_strategy() -> SystemStrategy:
+def default_system_strategy() -> slo.SystemStrategy:
     """``systemStrategy`` defaults: bandwidth "0" (use the NIC speed), kernel knobs untouched."""
-    return SystemStrategy(total_network_bandwidth="0")
+    return slo.SystemStrategy(total_network_bandwidth="0")
 
 
-def default_nodeslo_spec() -> NodeSLOSpec:
+def default_nodeslo_spec() -> slo.NodeSLOSpec:
     """The NodeSLO spec koordlet uses when nothing is configured."""
-    return NodeSLOSpec(
+    return slo.NodeSLOSpec(
         resource_used_threshold_with_be=default_resource_threshold_strategy(),
         resource_qos_strategy=default_resource_qos_strategy(),
         cpu_burst_strategy=default_cpu_burst_strategy(),
@@ -110,7 +97,7 @@ def default_nodeslo_spec() -> NodeSLOSpec:
     )
 
 
-def merge_over_defaults(spec: NodeSLOSpec) -> NodeSLOSpec:
+def merge_over_defaults(spec: slo.NodeSLOSpec) -> slo.NodeSLOSpec:
     """``spec`` laid over :func:`default_nodeslo_spec` field by field (set fields win, unset fields inherit)."""
     merged = merge_json(default_nodeslo_spec().to_json(), spec.to_json())
-    return NodeSLOSpec.from_json(merged, "spec")
+    return slo.NodeSLOSpec.from_json(merged, "spec")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Self
 
-from koordlet.apis.nodemetric import parse_duration
+from koordlet.apis.duration import parse_duration
 from koordlet.apis.quantity import parse_quantity
 from koordlet.errors import ConfigError, ParseError
 
@@ -95,26 +95,25 @@ def float_field(json_name: str, above: float | None = None, hi: float | None = N
     return _spec(json_name, parse)
 
 
-def bool_field(json_name: str) -> Any:
-    """A ``*bool``."""
+def _typed_field(json_name: str, kind: type, wording: str) -> Any:
+    """A field taken as decoded when it has JSON type ``kind`` (described as ``wording`` in the error)."""
 
-    def parse(value: Any, path: str) -> bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{path}: must be true or false, got {show(value)}")
+    def parse(value: Any, path: str) -> Any:
+        if not isinstance(value, kind):
+            raise ConfigError(f"{path}: must be {wording}, got {show(value)}")
         return value
 
     return _spec(json_name, parse)
+
+
+def bool_field(json_name: str) -> Any:
+    """A ``*bool``."""
+    return _typed_field(json_name, bool, "true or false")
 
 
 def str_field(json_name: str) -> Any:
     """A free-form string (names, paths)."""
-
-    def parse(value: Any, path: str) -> str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{path}: must be a string, got {show(value)}")
-        return value
-
-    return _spec(json_name, parse)
+    return _typed_field(json_name, str, "a string")
 
 
 def enum_field(json_name: str, allowed: Iterable[str]) -> Any:

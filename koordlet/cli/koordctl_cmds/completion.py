@@ -8,7 +8,7 @@ metavar names a path (``--socket PATH``, ``--cgroup-root-dir DIR``) complete fil
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -32,6 +32,16 @@ class Option:
     @property
     def completes_dirs(self) -> bool:
         return self.metavar in _DIR_METAVARS
+
+    def value_action(self, *, choices: Callable[[tuple[str, ...]], str], dirs: str, files: str, other: str) -> str:
+        """A shell's action completing this flag's value: from its choices, directories, files, or nothing."""
+        if self.choices:
+            return choices(self.choices)
+        if self.completes_dirs:
+            return dirs
+        if self.completes_files:
+            return files
+        return other
 
 
 @dataclass(frozen=True)
@@ -94,14 +104,9 @@ def _bash_values(options: Sequence[Option], indent: str) -> list[str]:
     for option in options:
         if not option.takes_value:
             continue
-        if option.choices:
-            action = f'COMPREPLY=($(compgen -W "{" ".join(option.choices)}" -- "$cur"))'
-        elif option.completes_dirs:
-            action = 'COMPREPLY=($(compgen -d -- "$cur"))'
-        elif option.completes_files:
-            action = 'COMPREPLY=($(compgen -f -- "$cur"))'
-        else:
-            action = "COMPREPLY=()"
+        action = option.value_action(choices=lambda words: f'COMPREPLY=($(compgen -W "{" ".join(words)}" -- "$cur"))',
+                                     dirs='COMPREPLY=($(compgen -d -- "$cur"))',
+                                     files='COMPREPLY=($(compgen -f -- "$cur"))', other="COMPREPLY=()")
         arms.append(f"{indent}{'|'.join(option.flags)}) {action}; return ;;")
     return arms
 
@@ -154,14 +159,8 @@ def _zsh_quote(text: str) -> str:
 def _zsh_option(option: Option) -> str:
     description = _zsh_text(option.help.splitlines()[0] if option.help else "")
     if option.takes_value:
-        if option.choices:
-            action = f"({' '.join(option.choices)})"
-        elif option.completes_dirs:
-            action = "_files -/"
-        elif option.completes_files:
-            action = "_files"
-        else:
-            action = " "
+        action = option.value_action(choices=lambda words: f"({' '.join(words)})", dirs="_files -/", files="_files",
+                                     other=" ")
         label = option.metavar.lower() or max(option.flags, key=len).lstrip("-")
         value = f":{_zsh_text(label)}:{action}"
     else:

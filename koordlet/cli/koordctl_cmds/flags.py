@@ -7,8 +7,8 @@ import os
 from collections.abc import Mapping
 from typing import Final
 
-from koordlet.cli.common import default_state_dir
 from koordlet.cli.koordctl_cmds.render import OUTPUT_FORMATS
+from koordlet.config.flags import default_state_dir
 from koordlet.debugapi import contract
 
 SOCKET_ENV: Final = "KOORDCTL_SOCKET"

@@ -1,1 +1,2 @@
-"""Collectors, one module each; they never import each other (tests/unit/test_layering.py)."""
+"""Collectors, one module each exporting ``NAME``, ``new(deps)`` and ``PLUGIN``
+(:data:`koordlet.metricsadvisor.registry.PLUGINS` lists them); they never import each other."""

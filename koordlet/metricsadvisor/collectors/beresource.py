@@ -14,7 +14,8 @@ from koordlet.apis.extension import QoSClass
 from koordlet.errors import KoordletError
 from koordlet.metriccache import names
 from koordlet.metricsadvisor import cgroupfiles
-from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
+from koordlet.metricsadvisor.framework import Collector, CollectorDeps, FileGroup, Options, UsageCollector
+from koordlet.plugins import Plugin
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.kubepaths import KubeQoS, qos_dir, under_parent
 
@@ -85,3 +86,10 @@ class BEResourceCollector(UsageCollector):
         if quota > 0 and period > 0:
             limit = min(limit, quota / period)
         return limit
+
+
+def new(deps: CollectorDeps) -> BEResourceCollector:
+    return BEResourceCollector()
+
+
+PLUGIN: Plugin[CollectorDeps, Collector] = Plugin(NAME, new)

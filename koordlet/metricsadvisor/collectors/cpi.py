@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from koordlet import native
+from koordlet.config import gates
 from koordlet.errors import KoordletError
 from koordlet.metriccache import labels_of, names
-from koordlet.metricsadvisor.framework import FileGroup, Options
+from koordlet.metricsadvisor.framework import Collector, CollectorDeps, FileGroup, Options
+from koordlet.plugins import Plugin
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "cpi"
@@ -32,7 +34,7 @@ class CPICollector:
         self._unsupported: str | None = None
 
     def enabled(self, options: Options) -> bool:
-        return options.gates.get("CPICollector", False)
+        return gates.enabled(options.gates, gates.CPI_COLLECTOR)
 
     def interval(self, options: Options) -> float:
         # Ticks at the counting window so a window ends on time; a new one starts every CPI interval.
@@ -124,3 +126,10 @@ class CPICollector:
     @property
     def unsupported_reason(self) -> str | None:
         return self._unsupported
+
+
+def new(deps: CollectorDeps) -> CPICollector:
+    return CPICollector()
+
+
+PLUGIN: Plugin[CollectorDeps, Collector] = Plugin(NAME, new)

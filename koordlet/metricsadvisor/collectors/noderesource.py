@@ -6,12 +6,11 @@ idle/iowait excluded); the first sample only sets the baseline.  Memory: MemTota
 
 from __future__ import annotations
 
-import os
-
 from koordlet import native
 from koordlet.metriccache import names
 from koordlet.metricsadvisor.cgroupfiles import Rate
-from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
+from koordlet.metricsadvisor.framework import Collector, CollectorDeps, FileGroup, Options, UsageCollector
+from koordlet.plugins import Plugin
 
 NAME = "noderesource"
 _STAT, _MEMINFO = ("node", "stat"), ("node", "meminfo")
@@ -20,9 +19,9 @@ _STAT, _MEMINFO = ("node", "stat"), ("node", "meminfo")
 class NodeResourceCollector(UsageCollector):
     name = NAME
 
-    def __init__(self) -> None:
+    def __init__(self, clock_ticks_per_second: float) -> None:
         self._rate = Rate()
-        self._ticks_per_second = float(os.sysconf("SC_CLK_TCK"))
+        self._ticks_per_second = clock_ticks_per_second
 
     def setup(self, options: Options, files: FileGroup) -> None:
         self._options = options
@@ -43,3 +42,10 @@ class NodeResourceCollector(UsageCollector):
         available = batch.key_value(self._meminfo, 1)
         if total is not None and available is not None:
             cache.append(names.NODE_MEMORY_USAGE, (), now, float(max(total - available, 0)))
+
+
+def new(deps: CollectorDeps) -> NodeResourceCollector:
+    return NodeResourceCollector(deps.clock_ticks_per_second)
+
+
+PLUGIN: Plugin[CollectorDeps, Collector] = Plugin(NAME, new)

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from koordlet import native
 from koordlet.metriccache import names
 from koordlet.metricsadvisor import cgroupfiles
-from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
+from koordlet.metricsadvisor.framework import Collector, CollectorDeps, FileGroup, Options, UsageCollector
 from koordlet.metricsadvisor.podcolumns import PodColumns
+from koordlet.plugins import Plugin
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "podmemory"
@@ -35,3 +36,10 @@ class PodMemoryCollector(UsageCollector):
 
     def collect(self, batch: native.BatchResult, now: float) -> None:
         self._columns.append(0, now, batch.gather(self._columns.slots, native.Gather.KEY_SUM))
+
+
+def new(deps: CollectorDeps) -> PodMemoryCollector:
+    return PodMemoryCollector()
+
+
+PLUGIN: Plugin[CollectorDeps, Collector] = Plugin(NAME, new)

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from koordlet import native
 from koordlet.metriccache import names
 from koordlet.metricsadvisor import cgroupfiles
-from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
+from koordlet.metricsadvisor.framework import Collector, CollectorDeps, FileGroup, Options, UsageCollector
 from koordlet.metricsadvisor.podcolumns import PodColumns
+from koordlet.plugins import Plugin
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "podresource"
@@ -50,3 +51,10 @@ class PodResourceCollector(UsageCollector):
             rates = [(c - p) * scale if c >= p else math.nan for c, p in zip(counters, self._prev, strict=True)]
             self._columns.append(0, now, rates)
         self._prev = counters
+
+
+def new(deps: CollectorDeps) -> PodResourceCollector:
+    return PodResourceCollector()
+
+
+PLUGIN: Plugin[CollectorDeps, Collector] = Plugin(NAME, new)

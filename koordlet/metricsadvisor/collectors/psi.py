@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from koordlet import native
+from koordlet.config import gates
 from koordlet.metriccache import Labels, labels_of, names
 from koordlet.metricsadvisor import cgroupfiles
 from koordlet.metricsadvisor.cgroupfiles import FileSpec
-from koordlet.metricsadvisor.framework import FileGroup, Options
+from koordlet.metricsadvisor.framework import Collector, CollectorDeps, FileGroup, Options
 from koordlet.metricsadvisor.podcolumns import PodColumns, Wanted, owners, spec_or_none
+from koordlet.plugins import Plugin
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "psi"
@@ -28,7 +30,7 @@ class PSICollector:
     name = NAME
 
     def enabled(self, options: Options) -> bool:
-        return options.gates.get("PSICollector", False)
+        return gates.enabled(options.gates, gates.PSI_COLLECTOR)
 
     def interval(self, options: Options) -> float:
         return options.config.psi_interval_seconds
@@ -58,3 +60,10 @@ class PSICollector:
         full = batch.gather(slots, native.Gather.VALUE, _FULL_AVG10, _FULL_BIT)  # where a full line exists
         self._columns.append(0, now, [v / 100 for v in some])
         self._columns.append(1, now, [v / 100 for v in full])
+
+
+def new(deps: CollectorDeps) -> PSICollector:
+    return PSICollector()
+
+
+PLUGIN: Plugin[CollectorDeps, Collector] = Plugin(NAME, new)

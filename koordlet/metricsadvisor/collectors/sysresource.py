@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from koordlet import native
 from koordlet.metriccache import labels_of, names
 from koordlet.metriccache.ring import Ring
-from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
+from koordlet.metricsadvisor.framework import Collector, CollectorDeps, FileGroup, Options, UsageCollector
+from koordlet.plugins import Plugin
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "sysresource"
@@ -46,3 +47,10 @@ class SysResourceCollector(UsageCollector):
                 if last is not None and now - last[0] <= max_age:
                     pods_total += last[1]
             cache.append(system_name, (), now, max(node[1] - pods_total, 0.0))
+
+
+def new(deps: CollectorDeps) -> SysResourceCollector:
+    return SysResourceCollector()
+
+
+PLUGIN: Plugin[CollectorDeps, Collector] = Plugin(NAME, new)

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from koordlet import native
 from koordlet.metriccache import names
 from koordlet.metricsadvisor import cgroupfiles
-from koordlet.metricsadvisor.framework import FileGroup, Options, UsageCollector
+from koordlet.metricsadvisor.framework import Collector, CollectorDeps, FileGroup, Options, UsageCollector
 from koordlet.metricsadvisor.podcolumns import PodColumns
+from koordlet.plugins import Plugin
 from koordlet.statesinformer.framework import PodMeta
 
 NAME = "throttled"
@@ -43,3 +44,10 @@ class ThrottledCollector(UsageCollector):
                 ratios.append(float("nan"))
         self._periods, self._throttled = periods, throttled
         self._columns.append(0, now, ratios)
+
+
+def new(deps: CollectorDeps) -> ThrottledCollector:
+    return ThrottledCollector()
+
+
+PLUGIN: Plugin[CollectorDeps, Collector] = Plugin(NAME, new)

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -35,6 +34,7 @@ from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
 from koordlet.runtimehooks.framework import failure_policy as parse_failure_policy
 from koordlet.runtimehooks.hookserver import convert
+from koordlet.system import atomicfile
 from koordlet.system.unixsocket import remove_stale_socket
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,25 @@ RUNTIME_HOOKS: tuple[str, ...] = tuple(stage.value for stage in convert.RPC_STAG
 """The hook types advertised to the proxy (its ``RuntimeHookType`` names: the stage, no ``Hook`` suffix)."""
 
 
+RpcMethod = Callable[["_Servicer", Any, Any], Any]
+
+
+def _rpc(rpc: str, to_hook: Callable[[Stage, Any], HookRequest], respond: Callable[[Any, Any], Any]) -> RpcMethod:
+    def method(self: _Servicer, request: Any, context: Any) -> Any:
+        return self._handle(rpc, request, context, to_hook, respond)
+
+    method.__name__ = method.__qualname__ = rpc
+    return method
+
+
+def _pod_rpc(rpc: str) -> RpcMethod:
+    return _rpc(rpc, convert.pod_sandbox_request, convert.pod_sandbox_response)
+
+
+def _container_rpc(rpc: str) -> RpcMethod:
+    return _rpc(rpc, convert.container_request, convert.container_response)
+
+
 class _Servicer(api_pb2_grpc.RuntimeHookServiceServicer):
     def __init__(self, runner: HookRunner, applier: Applier | None) -> None:
         self._runner = runner
@@ -86,7 +105,7 @@ class _Servicer(api_pb2_grpc.RuntimeHookServiceServicer):
             except Exception as exc:  # a bad cgroup parent: the response still goes back; the reconciler retries
                 log.warning("runtime hook cgroup writes failed", extra={"rpc": rpc, "error": str(exc)})
             else:
-                failed = [f"{r.update.resource} in {r.update.rel_dir}: {r.outcome.value}" for r in results
+                failed = [f"{r.update.key} in {r.update.rel_dir}: {r.outcome.value}" for r in results
                           if r.outcome in _FAILED]
                 if failed:
                     log.warning("runtime hook cgroup writes failed", extra={"rpc": rpc, "error": "; ".join(failed)})
@@ -94,34 +113,15 @@ class _Servicer(api_pb2_grpc.RuntimeHookServiceServicer):
             self._applier.defer_quota(hook_request, result.adjustment)
         return respond(request, result.adjustment)
 
-    def _pod(self, rpc: str, request: Any, context: Any) -> Any:
-        return self._handle(rpc, request, context, convert.pod_sandbox_request, convert.pod_sandbox_response)
-
-    def _container(self, rpc: str, request: Any, context: Any) -> Any:
-        return self._handle(rpc, request, context, convert.container_request, convert.container_response)
-
-    def PreRunPodSandboxHook(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC method names)
-        return self._pod("PreRunPodSandboxHook", request, context)
-
-    def PostStopPodSandboxHook(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return self._pod("PostStopPodSandboxHook", request, context)
-
-    def PreCreateContainerHook(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return self._container("PreCreateContainerHook", request, context)
-
-    def PreStartContainerHook(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return self._container("PreStartContainerHook", request, context)
-
-    def PostStartContainerHook(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return self._container("PostStartContainerHook", request, context)
-
-    def PostStopContainerHook(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return self._container("PostStopContainerHook", request, context)
-
-    def PreUpdateContainerResourcesHook(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return self._container("PreUpdateContainerResourcesHook", request, context)
-
-
+    # The gRPC method names the generated servicer dispatches to, one per RuntimeHookService method; each
+    # converts with the pod-sandbox or the container messages.
+    PreRunPodSandboxHook = _pod_rpc("PreRunPodSandboxHook")
+    PostStopPodSandboxHook = _pod_rpc("PostStopPodSandboxHook")
+    PreCreateContainerHook = _container_rpc("PreCreateContainerHook")
+    PreStartContainerHook = _container_rpc("PreStartContainerHook")
+    PostStartContainerHook = _container_rpc("PostStartContainerHook")
+    PostStopContainerHook = _container_rpc("PostStopContainerHook")
+    PreUpdateContainerResourcesHook = _container_rpc("PreUpdateContainerResourcesHook")
 
 
 def write_registration(directory: str, endpoint: str, policy: str) -> str:
@@ -129,19 +129,7 @@ def write_registration(directory: str, endpoint: str, policy: str) -> str:
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, REGISTRATION_FILE)
     body = {"remote-endpoint": endpoint, "failure-policy": policy, "runtime-hooks": list(RUNTIME_HOOKS)}
-    fd, tmp = tempfile.mkstemp(prefix=".koordlet.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(body, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    atomicfile.write(path, (json.dumps(body, indent=2) + "\n").encode(), mode=0o644, sync_dir=False)
     return path
 
 

@@ -78,32 +78,33 @@ def container_request(stage: Stage, sandbox: Any, container: Any, scheme: str,
     return HookRequest(stage, pod_, sandbox.linux.cgroup_parent, spec, container_id)
 
 
+_OPTIONAL_INTS = {
+    "cpu_shares": ("cpu", "shares"),
+    "cpu_quota": ("cpu", "quota"),
+    "cpu_period": ("cpu", "period"),
+    "memory_limit": ("memory", "limit"),
+}
+"""Adjustment field -> (``LinuxResources`` member, its optional integer) it goes to."""
+
+
 def linux_resources(adjustment: Adjustment) -> Any | None:
     """The adjusted resources as ``LinuxResources``, None when no resource was adjusted."""
     values = adjustment.values
     out = api_pb2.LinuxResources()
     touched = False
-    if (shares := values.get("cpu_shares")) is not None:
-        out.cpu.shares.value = int(shares)  # type: ignore[call-overload]
-        touched = True
-    if (quota := values.get("cpu_quota")) is not None:
-        out.cpu.quota.value = int(quota)  # type: ignore[call-overload]
-        touched = True
-    if (period := values.get("cpu_period")) is not None:
-        out.cpu.period.value = int(period)  # type: ignore[call-overload]
-        touched = True
+    for name, (group, attr) in _OPTIONAL_INTS.items():
+        if (number := values.get(name)) is not None:
+            getattr(getattr(out, group), attr).value = int(number)  # type: ignore[call-overload]
+            touched = True
     for name, attr in (("cpuset_cpus", "cpus"), ("cpuset_mems", "mems")):
         text = values.get(name)
         if isinstance(text, str) and text:
             setattr(out.cpu, attr, text)
             touched = True
-    if (limit := values.get("memory_limit")) is not None:
-        out.memory.limit.value = int(limit)  # type: ignore[call-overload]
-        touched = True
-    for name, attr in (("rdt_class", "rdt_class"), ("blockio_class", "blockio_class")):
+    for name in ("rdt_class", "blockio_class"):
         text = values.get(name)
         if isinstance(text, str) and text:
-            getattr(out, attr).value = text
+            getattr(out, name).value = text
             touched = True
     unified = adjustment.maps.get("unified") or {}
     if unified:

@@ -33,12 +33,10 @@ configured.  :meth:`NriPlugin.stop` ends it.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
 import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +48,7 @@ from koordlet.apis.proto.nri.v1alpha1 import api_pb2
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import FailurePolicy, HookRequest, HookRunner, Stage, StageResult
 from koordlet.runtimehooks.nri import convert
+from koordlet.runtimehooks.nri.jobs import Job, JobQueue, awaitable
 from koordlet.runtimehooks.nri.ttrpc import (
     DEADLINE_EXCEEDED,
     INTERNAL,
@@ -75,10 +74,6 @@ EVENT_MASK_MAX = 0x7FF  # NRI v0.6.1 (containerd 1.7) rejects a plugin subscribi
 ANSWER_DEADLINE = 1.5
 """Seconds from a request's arrival to its answer at the latest: below containerd's 2 s
 ``plugin_request_timeout``, with room for the answer to travel."""
-MAX_QUEUED_JOBS = 256
-"""Jobs a worker holds at most; beyond that a request is answered per the failure policy (hooks) or its
-writes are left to the reconciler, instead of queueing without bound behind a stuck write."""
-
 E = api_pb2.Event
 STAGE_EVENTS: dict[Stage, int] = {
     Stage.PRE_RUN_POD_SANDBOX: E.RUN_POD_SANDBOX,
@@ -108,97 +103,18 @@ class NriStats:
     """Counters for tests, metrics and ``koordctl``."""
 
     dials: int = 0
+    """Connections attempted to the runtime's socket."""
     registrations: int = 0
+    """``RegisterPlugin`` calls the runtime accepted."""
     configured: int = 0
+    """``Configure`` calls answered: one per connection that got as far as subscribing."""
     requests: int = 0
+    """Requests from the runtime that decoded."""
     errors: int = 0
+    """Requests that failed or were answered per the failure policy (undecodable, too late, hooks failed)."""
     late_writes: int = 0
     """Answers sent while their cgroup writes were still running (at the deadline)."""
     connected: bool = False
-
-
-Job = Callable[[], Any]
-
-
-class Worker:
-    """One daemon thread running jobs in submission order.  Daemon: a write stuck in the kernel must not keep
-    the process from exiting.  A job cancelled before it starts (its request gave up) is skipped."""
-
-    def __init__(self, name: str, limit: int = MAX_QUEUED_JOBS) -> None:
-        self.name = name
-        self._limit = limit
-        self._queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Job] | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._queued = 0
-
-    def submit(self, job: Job) -> concurrent.futures.Future[Any]:
-        """Queues ``job``; raises :class:`queue.Full` when :data:`MAX_QUEUED_JOBS` wait already."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        with self._lock:
-            if self._queued >= self._limit:
-                raise queue.Full(f"{self.name}: {self._queued} jobs queued")
-            self._queued += 1
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-                self._thread.start()
-            self._queue.put((future, job))  # under the lock: never behind a stop()'s end marker
-        return future
-
-    @property
-    def queued(self) -> int:
-        with self._lock:
-            return self._queued
-
-    def stop(self) -> None:
-        """The thread ends once the jobs queued before are done (at once when idle)."""
-        with self._lock:
-            if self._thread is not None:
-                self._queue.put(None)
-                self._thread = None
-
-    def _loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            future, job = item
-            try:
-                if not future.set_running_or_notify_cancel():
-                    continue
-                try:
-                    result = job()
-                except BaseException as exc:  # handed to the waiting request, never lost
-                    future.set_exception(exc)
-                else:
-                    future.set_result(result)
-            finally:
-                with self._lock:
-                    self._queued -= 1
-
-
-def _awaitable(future: concurrent.futures.Future[Any], loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
-    """An asyncio future settled from ``future``; unlike ``asyncio.wrap_future`` it stays quiet when the job
-    ends after the loop closed (a write that outlived the plugin)."""
-    waiter: asyncio.Future[Any] = loop.create_future()
-
-    def settle(done: concurrent.futures.Future[Any]) -> None:
-        if waiter.done():
-            return
-        if done.cancelled():
-            waiter.cancel()
-        elif (exc := done.exception()) is not None:
-            waiter.set_exception(exc)
-        else:
-            waiter.set_result(done.result())
-
-    def on_done(done: concurrent.futures.Future[Any]) -> None:
-        if not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # closed in between
-                loop.call_soon_threadsafe(settle, done)
-
-    future.add_done_callback(on_done)
-    return waiter
 
 
 Answer = tuple[Any, Job | None]
@@ -225,8 +141,8 @@ class NriPlugin:
         self._synchronized = False
         self._stopping = asyncio.Event()
         self._answer_deadline = answer_deadline
-        self._hooks_worker = Worker("nri-hooks")
-        self._writes_worker = Worker("nri-writes")
+        self._hooks_jobs = JobQueue("nri-hooks")
+        self._writes_jobs = JobQueue("nri-writes")
         self.stats = NriStats()
 
     # --- lifecycle --------------------------------------------------------------------------------------
@@ -236,8 +152,8 @@ class NriPlugin:
         try:
             await self._serve()
         finally:
-            self._hooks_worker.stop()
-            self._writes_worker.stop()
+            self._hooks_jobs.stop()
+            self._writes_jobs.stop()
 
     async def _serve(self) -> None:
         backoff = self._backoff_start
@@ -338,7 +254,7 @@ class NriPlugin:
 
     async def _offloaded(self, method: str, fn: Callable[[NriPlugin, Any], Answer], request: Any,
                          empty: Callable[[], Any]) -> bytes:
-        """Runs ``fn`` on the hooks worker and its writes on the writes worker; answers by the deadline."""
+        """Runs ``fn`` on the hooks queue and its writes on the writes queue; answers by the deadline."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._answer_deadline
 
@@ -347,12 +263,12 @@ class NriPlugin:
             return bytes(answer.SerializeToString()), writes
 
         try:
-            computing = self._hooks_worker.submit(compute)
+            computing = self._hooks_jobs.submit(compute)
         except queue.Full:
             self.stats.errors += 1
             return self._policy(method, empty, TtrpcError(RESOURCE_EXHAUSTED, f"{method}: hooks backlog full"))
         try:
-            encoded, writes = await asyncio.wait_for(_awaitable(computing, loop), self._answer_deadline)
+            encoded, writes = await asyncio.wait_for(awaitable(computing, loop), self._answer_deadline)
         except TimeoutError:
             computing.cancel()  # skipped if it has not started: nobody waits for it any more
             self.stats.errors += 1
@@ -371,17 +287,17 @@ class NriPlugin:
     async def _write_by(self, deadline: float, method: str, writes: Job) -> None:
         loop = asyncio.get_running_loop()
         try:
-            writing = self._writes_worker.submit(writes)
+            writing = self._writes_jobs.submit(writes)
         except queue.Full:
             log.warning("NRI cgroup writes backlog full; left to the reconciler", extra={"method": method})
             return
-        waiter = _awaitable(writing, loop)
+        waiter = awaitable(writing, loop)
         done, _ = await asyncio.wait({waiter}, timeout=max(deadline - loop.time(), 0.0))
         if not done:
             self.stats.late_writes += 1
             log.warning("NRI cgroup writes still running at the answer deadline; answering without waiting",
                         extra={"method": method, "deadline_seconds": self._answer_deadline,
-                               "queued": self._writes_worker.queued})
+                               "queued": self._writes_jobs.queued})
             waiter.add_done_callback(_log_late_failure)
             return
         if waiter.exception() is not None:
@@ -427,7 +343,7 @@ class NriPlugin:
             return f"{cgroup_parent_dir(slice_)}/{prefix}-{cid}.scope"
         return cgroup_parent_dir(path)
 
-    # The handlers below run on the hooks worker; the writes they return on the writes worker.
+    # The handlers below run on the hooks queue's thread; the writes they return on the writes queue's.
 
     def _create_container(self, request: Any) -> Answer:
         hook_request = convert.container_request(Stage.PRE_CREATE_CONTAINER, request.pod, request.container,

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from google.protobuf.message import DecodeError
 
@@ -67,21 +68,27 @@ Oversize = Callable[[int], "bytes | None"]
 """stream id of a request over 4 MiB -> an answer payload, or None for ResourceExhausted."""
 
 
+@dataclass(eq=False, repr=False)
 class MuxSession:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler,
-                 *, oversize: Oversize | None = None, max_frame: int = frames.MUX_SEND_FRAME_MAX) -> None:
-        self._reader = reader
-        self._writer = writer
-        self._handler = handler
-        self._oversize = oversize
-        self._max_frame = max_frame
-        self._mux = frames.MuxDecoder()
-        self._server = frames.MessageDecoder()
-        self._client = frames.MessageDecoder()
-        self._ids = frames.StreamIdAllocator()
-        self._pending: dict[int, asyncio.Future[bytes]] = {}
-        self._serving: set[asyncio.Task[None]] = set()
-        self._closed = False
+    """One connection to the runtime: serves its requests on conn 1, makes calls to it on conn 2."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    handler: Handler
+    _: KW_ONLY
+    oversize: Oversize | None = None
+    max_frame: int = frames.MUX_SEND_FRAME_MAX
+    _mux: frames.MuxDecoder = field(default_factory=frames.MuxDecoder, init=False)
+    _server: frames.MessageDecoder = field(default_factory=frames.MessageDecoder, init=False)
+    """Requests from the runtime (conn 1)."""
+    _client: frames.MessageDecoder = field(default_factory=frames.MessageDecoder, init=False)
+    """Answers to our calls (conn 2)."""
+    _ids: frames.StreamIdAllocator = field(default_factory=frames.StreamIdAllocator, init=False)
+    _pending: dict[int, asyncio.Future[bytes]] = field(default_factory=dict, init=False)
+    """Stream id of a call -> the future its answer settles."""
+    _serving: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    """The tasks answering requests now (bounded by :data:`MAX_CONCURRENT_REQUESTS`)."""
+    _closed: bool = field(default=False, init=False)
 
     # --- sending ----------------------------------------------------------------------------------------
 
@@ -89,7 +96,7 @@ class MuxSession:
         if self._closed:
             raise SessionClosed("NRI connection is closed")
         data = frames.encode_message(stream_id, message_type, payload)
-        self._writer.write(frames.encode_mux(conn_id, data, self._max_frame))
+        self.writer.write(frames.encode_mux(conn_id, data, self.max_frame))
 
     def _respond(self, stream_id: int, code: int, message: str, payload: bytes = b"") -> None:
         response = request_pb2.Response(payload=payload)
@@ -107,7 +114,7 @@ class MuxSession:
         self._pending[stream_id] = future
         try:
             self._send(frames.RUNTIME_SERVICE_CONN, stream_id, MessageType.REQUEST, request.SerializeToString())
-            await self._writer.drain()
+            await self.writer.drain()
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
             raise TtrpcError(DEADLINE_EXCEEDED, f"{service}/{method}: no answer in {timeout:g} s") from None
@@ -120,7 +127,7 @@ class MuxSession:
         """Reads and serves until EOF or a broken trunk; then fails pending calls and returns."""
         try:
             while True:
-                data = await self._reader.read(_READ_SIZE)
+                data = await self.reader.read(_READ_SIZE)
                 if not data:
                     return
                 for frame in self._mux.feed(data):
@@ -131,9 +138,9 @@ class MuxSession:
                         self._client.feed(frame.payload)
                         self._answers()
                     # mux.go drops frames of conns nobody opened; so do we.
-                await self._writer.drain()
+                await self.writer.drain()
         except frames.MuxFrameTooLarge as exc:
-            log.warning("NRI connection broken: %s", exc)
+            log.warning("NRI connection broken", extra={"error": str(exc)})
         finally:
             self.close()
 
@@ -142,15 +149,15 @@ class MuxSession:
             try:
                 message = self._server.next_message()
             except frames.MessageTooLarge as exc:
-                answer = self._oversize(exc.stream_id) if self._oversize is not None else None
+                answer = self.oversize(exc.stream_id) if self.oversize is not None else None
                 if answer is None:
-                    log.warning("NRI request refused: %s", exc)
+                    log.warning("NRI request refused", extra={"stream": exc.stream_id, "error": str(exc)})
                     self._respond(exc.stream_id, RESOURCE_EXHAUSTED, str(exc))
                 else:
                     self._respond(exc.stream_id, OK, "", answer)
                 continue
             except frames.UnknownMessageType as exc:
-                log.warning("NRI message dropped: %s", exc)
+                log.warning("NRI message dropped", extra={"stream": exc.stream_id, "error": str(exc)})
                 continue
             if message is None:
                 return
@@ -177,12 +184,12 @@ class MuxSession:
             self._respond(stream_id, INVALID_ARGUMENT, f"not a ttrpc request: {exc}")
             return
         try:
-            payload = await self._handler(request.service, request.method, request.payload)
+            payload = await self.handler(request.service, request.method, request.payload)
         except TtrpcError as exc:
             self._respond(stream_id, exc.code, exc.message)
             return
         except Exception as exc:  # a handler bug answers this request, it does not end the session
-            log.exception("NRI request %s/%s failed", request.service, request.method)
+            log.exception("NRI request failed", extra={"service": request.service, "method": request.method})
             self._respond(stream_id, INTERNAL, f"{request.method}: {exc}")
             return
         self._respond(stream_id, OK, "", payload)
@@ -192,7 +199,7 @@ class MuxSession:
             try:
                 message = self._client.next_message()
             except frames.FrameError as exc:
-                log.warning("NRI answer dropped: %s", exc)
+                log.warning("NRI answer dropped", extra={"error": str(exc)})
                 continue
             if message is None:
                 return
@@ -219,7 +226,7 @@ class MuxSession:
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(SessionClosed("NRI connection closed before the answer"))
-        self._writer.close()
+        self.writer.close()
 
     @property
     def closed(self) -> bool:

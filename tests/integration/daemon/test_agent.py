@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from koordlet.cli.agent import build_agent, kubelet_observer
+from koordlet import native
 from koordlet.config import load
+from koordlet.daemon.agent import build_agent, kubelet_observer
 from koordlet.metriccache import names
 from koordlet.metriccache.cache import CacheSettings, MetricCache
 from koordlet.metrics import KoordletMetrics
@@ -30,7 +31,7 @@ def build(tmp_path: Path) -> Any:
     config_file = write_config(tmp_path / "koordlet.yaml", private_settings(
         tmp_path, f"koordlet-test-{os.getpid()}-absent", standalone=True, discoverKubepods=False,
         runtimeHooks={"enableServer": False, "enableNri": False}))
-    return build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
+    return build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths(), native))
 
 
 def collect_for(agent: Any, seconds: float) -> None:

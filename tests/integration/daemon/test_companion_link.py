@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from koordlet.cli.agent import build_agent
+from koordlet import native
 from koordlet.companion.app import Companion, CompanionOptions
 from koordlet.config import load
+from koordlet.daemon.agent import build_agent
 from koordlet.errors import ConfigError
 from koordlet.statesinformer.nodemetric import NodeMetricRunner
 from koordlet.system.hostpaths import HostPaths
@@ -31,7 +32,7 @@ def config(tmp_path: Path, port: int, **extra: Any) -> Path:
 
 
 def build(path: Path, tmp_path: Path) -> Any:
-    return build_agent(load(path), tmp_path / "state", read_node_info(HostPaths()))
+    return build_agent(load(path), tmp_path / "state", read_node_info(HostPaths(), native))
 
 
 def suppress_threshold(agent: Any) -> int | None:
@@ -64,4 +65,4 @@ def test_the_koordlet_runs_the_companions_nodeslo_and_reports_to_it(tmp_path: Pa
 def test_companion_and_a_nodeslo_file_are_one_source_too_many(tmp_path: Path) -> None:
     path = config(tmp_path, 1, qos={"nodesloFile": str(tmp_path / "nodeslo.yaml")})
     with pytest.raises(ConfigError, match=r"companion\.address and qos\.nodesloFile"):
-        build_agent(load(path), tmp_path / "state", read_node_info(HostPaths()))
+        build_agent(load(path), tmp_path / "state", read_node_info(HostPaths(), native))

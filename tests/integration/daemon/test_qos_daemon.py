@@ -9,8 +9,9 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from koordlet.cli.agent import build_agent
+from koordlet import native
 from koordlet.config import load
+from koordlet.daemon.agent import build_agent
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from tests.fixtures.agentrun import running
@@ -42,7 +43,7 @@ def test_local_nodeslo_drives_suppress_and_bad_file_keeps_last_good(real_cgroups
     config_file = write_config(tmp_path / "koordlet.yaml", private_settings(
         tmp_path, prefix, standalone=True, runtimeHooks={"enableServer": False, "enableNri": False},
         qos={"nodesloFile": str(nodeslo), "evictor": "dry-run"}))
-    with running(build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))) as agent:
+    with running(build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths(), native))) as agent:
         # Two cores x 65% minus an LS busy loop leaves BE well under one core: a quota is written.
         wait_until("a BE quota on kubepods/besteffort", lambda: 0 < be_quota() <= 60_000, 15)
         suppressed = be_quota()

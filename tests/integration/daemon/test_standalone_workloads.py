@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from koordlet.cli.agent import Agent, build_agent
+from koordlet import native
 from koordlet.config import load
+from koordlet.daemon.agent import Agent, build_agent
 from koordlet.metriccache import names
 from koordlet.metriccache.cache import pod_labels
 from koordlet.qosmanager.framework import Decision
@@ -76,7 +77,7 @@ def test_be_workload_cgroup_is_suppressed_by_cpuset_and_quota_ls_is_not(real_cgr
         groups.mkdir(rel)
     groups.spawn("be", BUSY)
     ls_pid = groups.spawn("ls", SLEEP)
-    node = read_node_info(HostPaths())
+    node = read_node_info(HostPaths(), native)
     # BE's share of the node under 0.5 cores whatever the CPU count: BE gets 1 CPU (the configured minimum)
     # and a quota under half a core, so its busy loop is throttled.
     percent = max(50 // node.cpu_count, 1)
@@ -130,7 +131,7 @@ def test_memory_pressure_kills_the_be_workload_not_ls(real_cgroups: RealCgroups,
     groups = real_cgroups
     for rel in ("be", "ls"):
         groups.mkdir(rel)
-    node = read_node_info(HostPaths())
+    node = read_node_info(HostPaths(), native)
     # 2% of the node: with it held, the node's usage is at least 2% and half of it a valid threshold.
     be_bytes = max(64 * MIB, node.memory_total_bytes // 50)
     ls_pid = groups.spawn("ls", HOLD.format(size=32 * MIB))

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from koordlet.cli.agent import build_agent
+from koordlet import native
 from koordlet.config import load
+from koordlet.daemon.agent import build_agent
 from koordlet.debugapi import contract
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
@@ -60,7 +61,7 @@ def test_debug_api_of_a_running_agent(real_cgroups: RealCgroups, tmp_path: Path,
     config_file = write_config(tmp_path / "koordlet.yaml", private_settings(
         tmp_path, prefix, standalone=True, server={"debugSocket": str(socket_path)},
         runtimeHooks={"enableServer": False, "enableNri": False}, qos={"evictor": "dry-run"}))
-    agent: Any = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))
+    agent: Any = build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths(), native))
     assert agent.debug is not None and agent.components[-1] is agent.debug
     with running(agent):
         path = str(socket_path)

@@ -1,7 +1,7 @@
 """``koordctl`` against a real agent: every command in-process with ``-o json`` (and as a table) over the
 agent's debug socket (``server.debugSocket``), checked against the real cgroup files of the test's pods.
 
-Needs koordlet/debugapi/server.py and the agent wiring of ``server.debugSocket`` (koordlet/cli/agent.py)."""
+Needs koordlet/debugapi/server.py and the agent wiring of ``server.debugSocket`` (koordlet/daemon/agent.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from koordlet.cli.agent import build_agent
+from koordlet import native
 from koordlet.cli.koordctl import main
 from koordlet.config import load
+from koordlet.daemon.agent import build_agent
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from koordlet.version import __version__
@@ -92,7 +93,7 @@ def test_every_command_reads_the_running_agent(real_cgroups: RealCgroups, tmp_pa
         tmp_path, prefix, standalone=True, server={"debugSocket": sock},
         runtimeHooks={"enableServer": False, "enableNri": False},
         qos={"nodesloFile": str(nodeslo), "evictor": "dry-run"}))
-    with running(build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths()))):
+    with running(build_agent(load(config_file), tmp_path / "state", read_node_info(HostPaths(), native))):
         wait_until(f"the debug socket {sock}", lambda: os.path.exists(sock), 10)
 
         status = document(sock, "status")

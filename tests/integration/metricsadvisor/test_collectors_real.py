@@ -68,7 +68,7 @@ def make_advisor(tmp_path: Path, pods: Sequence[PodMeta], psi: bool = False) -> 
     native.configure_fd_budget()
     paths = HostPaths()
     cache = MetricCache(CacheSettings(path=tmp_path / "metrics.db"), time.time)
-    informer = Informer(tuple(pods), read_node_info(paths))
+    informer = Informer(tuple(pods), read_node_info(paths, native))
     options = Options(paths=paths, layout=detect_layout(paths), driver=CgroupDriver.CGROUPFS, cache=cache,
                       informer=informer, config=CollectorConfig(psi_interval_seconds=1.0),
                       gates=gates.resolve({"PSICollector": psi}), clock=time.time)

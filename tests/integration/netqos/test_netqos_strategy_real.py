@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from koordlet.config.types import QoSManagerConfig
-from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.qosmanager.plugins.netqos.strategy import NetQoSStrategy
 from koordlet.resourceexecutor.tc import TcNetQoS, subprocess_runner
+from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from tests.fixtures.fakehost import FakeHost
 from tests.integration.netqos.conftest import NetPair
 from tests.integration.netqos.test_tc_real import MBIT, class_bytes, wire, within

@@ -24,11 +24,12 @@ import pytest
 
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
 from koordlet.config import gates
+from koordlet.config.gates import BLKIO_RECONCILE as GATE
 from koordlet.config.types import CollectorConfig, QoSManagerConfig
 from koordlet.metriccache import CacheSettings, MetricCache
 from koordlet.qosmanager.evictor import DryRunBackend, Evictions
 from koordlet.qosmanager.framework import DecisionLog, Options
-from koordlet.qosmanager.plugins.blkio import GATE, BlkIOReconcile
+from koordlet.qosmanager.plugins.blkio import BlkIOReconcile
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.system.hostpaths import HostPaths

@@ -29,11 +29,12 @@ import pytest
 
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
 from koordlet.apis.pod import Resources
+from koordlet.config.gates import CGROUP_RECONCILE as GATE
 from koordlet.config.types import CollectorConfig, QoSManagerConfig
 from koordlet.metriccache import CacheSettings, MetricCache
 from koordlet.qosmanager.evictor import DryRunBackend, Evictions
 from koordlet.qosmanager.framework import DecisionLog, Options
-from koordlet.qosmanager.plugins.cgreconcile.strategy import GATE, CgroupReconcile
+from koordlet.qosmanager.plugins.cgreconcile.strategy import CgroupReconcile
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.system.hostpaths import HostPaths

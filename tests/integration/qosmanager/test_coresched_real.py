@@ -14,11 +14,12 @@ import pytest
 from koordlet.apis.extension import LABEL_CORE_SCHED_GROUP
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
 from koordlet.config import gates
+from koordlet.config.gates import CORE_SCHED as GATE
 from koordlet.config.types import CollectorConfig, QoSManagerConfig
 from koordlet.metriccache import CacheSettings, MetricCache
 from koordlet.qosmanager.evictor import DryRunBackend, Evictions
 from koordlet.qosmanager.framework import DecisionLog, Options
-from koordlet.qosmanager.plugins.coresched import GATE, CoreSched
+from koordlet.qosmanager.plugins.coresched import CoreSched
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from koordlet import native
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
 from koordlet.apis.pod import Resources
 from koordlet.config.types import CollectorConfig, QoSManagerConfig
@@ -76,7 +77,7 @@ def test_burst_written_held_and_used(real_cgroups: RealCgroups, tmp_path: Path) 
     paths = HostPaths()
     layout = detect_layout(paths)
     options = Options(
-        layout=layout, driver=CgroupDriver.CGROUPFS, informer=FakeInformer([pod], read_node_info(paths)),
+        layout=layout, driver=CgroupDriver.CGROUPFS, informer=FakeInformer([pod], read_node_info(paths, native)),
         cache=MetricCache(CacheSettings(path=tmp_path / "metrics.db"), time.time),
         executor=ResourceExecutor(layout, time.monotonic, AuditLog(tmp_path / "audit")),
         evictor=Evictions(DryRunBackend(), time.time), reader=CgroupReader(layout), config=QoSManagerConfig(),

@@ -104,7 +104,7 @@ def make_rig(groups: RealCgroups, tmp_path: Path) -> Rig:
     native.configure_fd_budget()
     prefix = groups.name
     paths = HostPaths()
-    node = read_node_info(paths)
+    node = read_node_info(paths, native)
     kubelet_dir = tmp_path / "kubelet"
     kubelet_dir.mkdir()
     config = Config(host=HostConfig(var_lib_kubelet_root_dir=str(kubelet_dir), cgroup_kube_parent=prefix))
@@ -123,7 +123,7 @@ def test_static_policy_keeps_pinned_cpus_and_limits_be_per_container(real_cgroup
                                                                         tmp_path: Path) -> None:
     rig = make_rig(real_cgroups, tmp_path)
     prefix = real_cgroups.name
-    online = read_node_info(HostPaths()).online_cpus
+    online = read_node_info(HostPaths(), native).online_cpus
     assert len(online) >= 2, f"the test needs two CPUs, the host has {online}"
     pinned = online[-1]
     shared = format_cpulist(c for c in online if c != pinned)

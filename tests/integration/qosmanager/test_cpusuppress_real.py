@@ -241,7 +241,7 @@ def make_rig(groups: RealCgroups, tmp_path: Path, config: QoSManagerConfig, be_r
     paths = HostPaths()
     layout = detect_layout(paths)
     cache = MetricCache(CacheSettings(path=tmp_path / "metrics.db"), time.time)
-    informer = Informer((ls, be), read_node_info(paths))
+    informer = Informer((ls, be), read_node_info(paths, native))
     advisor = MetricsAdvisor(
         advisor_framework.Options(paths=paths, layout=layout, driver=CgroupDriver.CGROUPFS, cache=cache,
                                   informer=informer, config=CollectorConfig(), gates=gates.resolve({}),
@@ -327,7 +327,7 @@ def test_cpuset_policy_suppresses_and_regrows(real_cgroups: RealCgroups, tmp_pat
     # Koordinator's minimum of 2 CPUs would leave nothing to suppress on this 2-CPU host: BE could never
     # lose a CPU.  A minimum of 1 lets the policy act here; the arithmetic is otherwise Koordinator's.
     rig = make_rig(real_cgroups, tmp_path, QoSManagerConfig(be_min_cpuset_cpus=1))
-    node_cpus = len(read_node_info(HostPaths()).online_cpus)
+    node_cpus = len(read_node_info(HostPaths(), native).online_cpus)
     idle, busy, recovered = run_scenario(rig, "cpuset", recover_rounds=2)
     rounds = idle + busy + recovered
     _assert_inputs_as_measured(rounds)
@@ -375,7 +375,7 @@ def test_cfs_quota_policy_suppresses_and_regrows(real_cgroups: RealCgroups, tmp_
         _assert_quota_rule(r, previous)
         previous = r.decision.numbers["quota_us"]
     # The cpuset policy is not in use: BE keeps every CPU of the node.
-    assert rig.cpuset() == format_cpulist(read_node_info(HostPaths()).online_cpus)
+    assert rig.cpuset() == format_cpulist(read_node_info(HostPaths(), native).online_cpus)
 
 
 STRATEGY_LOG = "koordlet.qosmanager.plugins.cpusuppress.strategy"
@@ -405,8 +405,8 @@ def test_missing_besteffort_cgroup_is_logged_once_and_its_return_once(
     assert [d.action for d in acted] == ["suppress"] * 3, [d.summary for d in acted]
     lines = [(r.levelno, r.getMessage(), r.__dict__.get("reason"), r.__dict__.get("rounds"))
              for r in caplog.records if r.name == STRATEGY_LOG]
-    assert lines == [(logging.INFO, "cpusuppress skipped", "be_cpuset_unreadable", None),
-                     (logging.INFO, "cpusuppress resumed", "be_cpuset_unreadable", MISSING_ROUNDS)], lines
+    assert lines == [(logging.INFO, "QoS strategy skipped a round", "be_cpuset_unreadable", None),
+                     (logging.INFO, "QoS strategy resumed", "be_cpuset_unreadable", MISSING_ROUNDS)], lines
     first, resumed = (r for r in caplog.records if r.name == STRATEGY_LOG)
     assert first.__dict__["detail"] == skipped[0].summary  # the first skip's reason in full
     assert resumed.__dict__["seconds"] >= (MISSING_ROUNDS - 1) * ROUND_GAP_SECONDS

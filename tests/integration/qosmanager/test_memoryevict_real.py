@@ -244,7 +244,7 @@ def rig_factory(real_cgroups: RealCgroups, tmp_path: Path,
         paths = HostPaths()
         layout = detect_layout(paths)
         cache = MetricCache(CacheSettings(path=tmp_path / f"metrics-{backend_kind}.db"), time.time)
-        informer = Informer(tuple(pods.values()), read_node_info(paths))
+        informer = Informer(tuple(pods.values()), read_node_info(paths, native))
         collector = CollectorConfig(memory_interval_seconds=INTERVAL, res_used_interval_seconds=INTERVAL)
         advisor = MetricsAdvisor(
             advisor_framework.Options(paths=paths, layout=layout, driver=CgroupDriver.CGROUPFS, cache=cache,

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from koordlet import native
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
 from koordlet.config import gates
+from koordlet.config.gates import RDT_RESCTRL as GATE
+from koordlet.config.gates import RESCTRL as POD_GATE
 from koordlet.config.types import CollectorConfig, QoSManagerConfig
+from koordlet.isolation.resctrl.annotation import ANNOTATION_RESCTRL
 from koordlet.metriccache import CacheSettings, MetricCache
 from koordlet.qosmanager.evictor import DryRunBackend, Evictions
 from koordlet.qosmanager.framework import DecisionLog, Options
-from koordlet.qosmanager.plugins.resctrl import GATE, POD_GATE, ResctrlQoS
-from koordlet.qosmanager.plugins.resctrl.annotation import ANNOTATION_RESCTRL
+from koordlet.qosmanager.plugins.resctrl import ResctrlQoS
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.resourceexecutor.resctrl import ResctrlExecutor
@@ -54,7 +57,7 @@ def test_host_without_resctrl_reports_unsupported_and_nothing_raises(
     if executor.unsupported_reason() is None:
         pytest.fail(f"{paths.resctrl_root} holds a mounted resctrl, but test-host.md says this host has none; "
                     "this test would create real control groups there")
-    probe = {p.name: p for p in probe_all(paths)}["resctrl"]
+    probe = {p.name: p for p in probe_all(paths, native)}["resctrl"]
     assert not probe.supported, probe.reason
 
     be = make_pod("be", "BE", kube_parent=groups.name)

@@ -18,7 +18,8 @@ import pytest
 
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import AuditLog, CgroupUpdate, FileWriter, Outcome, ResourceExecutor
-from koordlet.system import HostPaths, detect_layout
+from koordlet.system import CgroupFile, HostPaths, detect_layout
+from koordlet.system import resources as r
 from koordlet.system.validators import format_cpulist, parse_cpulist
 from tests.fixtures.realcgroup import CGROUP_ROOT, SCRATCH_DISK, RealCgroups, disk_of, kubelet_cpu_weight
 
@@ -64,7 +65,7 @@ def read(groups: RealCgroups, subsystem: str, rel: str, name: str) -> str:
     return (groups.path(subsystem, rel) / name).read_text().strip()
 
 
-def upd(resource: str, rel: str, value: object) -> CgroupUpdate:
+def upd(resource: CgroupFile, rel: str, value: object) -> CgroupUpdate:
     return CgroupUpdate(resource, rel, value, "integration test")
 
 
@@ -78,14 +79,14 @@ def test_cpu_and_memory_values_reach_the_kernel(real_cgroups: RealCgroups, tmp_p
     ex, _, _, audit = executor(tmp_path, real_cgroups.version)
     rel = real_cgroups.name
     results = ex.apply(
-        [upd("cpu_cfs_quota", rel, 50_000), upd("cpu_shares", rel, 512), upd("memory_limit", rel, 256 * MIB)]
+        [upd(r.CPU_CFS_QUOTA, rel, 50_000), upd(r.CPU_SHARES, rel, 512), upd(r.MEMORY_LIMIT, rel, 256 * MIB)]
     )
     assert [res.outcome for res in results] == [Outcome.WRITTEN] * 3, [res.error for res in results]
     assert real_cgroups.cpu_quota() == (50_000, 100_000)
     weight_file, weight = ("cpu.weight", kubelet_cpu_weight(512)) if v2 else ("cpu.shares", 512)
     assert read(real_cgroups, "cpu", "", weight_file) == str(weight)
     assert real_cgroups.memory_limit() == 256 * MIB
-    results = ex.apply([upd("cpu_cfs_quota", rel, -1), upd("memory_limit", rel, -1)])
+    results = ex.apply([upd(r.CPU_CFS_QUOTA, rel, -1), upd(r.MEMORY_LIMIT, rel, -1)])
     assert [res.outcome for res in results] == [Outcome.WRITTEN] * 2, [res.error for res in results]
     assert real_cgroups.cpu_quota() == (-1, 100_000)
     assert real_cgroups.memory_limit() == -1
@@ -107,7 +108,7 @@ def test_cpu_and_memory_values_reach_the_kernel(real_cgroups: RealCgroups, tmp_p
 @pytest.mark.parametrize("shares", [2, 3, 512, 1024, 2048, 262144])
 def test_cpu_shares_become_kubelets_cpu_weight(real_cgroups: RealCgroups, tmp_path: Path, shares: int) -> None:
     ex, *_ = executor(tmp_path, real_cgroups.version)
-    (result,) = ex.apply([upd("cpu_shares", real_cgroups.name, shares)])
+    (result,) = ex.apply([upd(r.CPU_SHARES, real_cgroups.name, shares)])
     assert result.outcome is Outcome.WRITTEN, result.error
     if real_cgroups.version == 2:
         assert read(real_cgroups, "cpu", "", "cpu.weight") == str(kubelet_cpu_weight(shares))
@@ -122,7 +123,7 @@ def test_quota_keeps_the_period_the_kernel_holds(real_cgroups: RealCgroups, tmp_
     # the kernel takes as "keep the period" (kernel/sched/core.c cpu_period_quota_parse).
     real_cgroups.set_cpu_quota("", -1, period_us=50_000)
     ex, writer, _, _ = executor(tmp_path, real_cgroups.version)
-    (result,) = ex.apply([upd("cpu_cfs_quota", real_cgroups.name, 20_000)])
+    (result,) = ex.apply([upd(r.CPU_CFS_QUOTA, real_cgroups.name, 20_000)])
     assert result.outcome is Outcome.WRITTEN, result.error
     assert real_cgroups.cpu_quota() == (20_000, 50_000)
     reader = CgroupReader(detect_layout(HostPaths()))
@@ -130,7 +131,7 @@ def test_quota_keeps_the_period_the_kernel_holds(real_cgroups: RealCgroups, tmp_
         20_000, 50_000)
     # The period alone: a file of its own in v1; in v2 it cannot be written without a quota, so the
     # executor refuses it before the kernel sees a write.
-    (period,) = ex.apply([upd("cpu_cfs_period", real_cgroups.name, 100_000)])
+    (period,) = ex.apply([upd(r.CPU_CFS_PERIOD, real_cgroups.name, 100_000)])
     if real_cgroups.version == 2:
         assert period.outcome is Outcome.INVALID and period.error is not None and "cpu.max" in period.error
         assert real_cgroups.cpu_quota() == (20_000, 50_000)
@@ -145,10 +146,10 @@ def test_burst_and_idle_reach_the_kernel(real_cgroups: RealCgroups, tmp_path: Pa
     real_cgroups.set_cpu_quota("", 50_000)
     ex, *_ = executor(tmp_path, real_cgroups.version)
     rel = real_cgroups.name
-    results = ex.apply([upd("cpu_cfs_burst", rel, 20_000), upd("cpu_idle", rel, 1)])
+    results = ex.apply([upd(r.CPU_CFS_BURST, rel, 20_000), upd(r.CPU_IDLE, rel, 1)])
     assert [res.outcome for res in results] == [Outcome.WRITTEN] * 2, [res.error for res in results]
     assert (read(real_cgroups, "cpu", "", burst_file), read(real_cgroups, "cpu", "", "cpu.idle")) == ("20000", "1")
-    results = ex.apply([upd("cpu_cfs_burst", rel, 0), upd("cpu_idle", rel, 0)])
+    results = ex.apply([upd(r.CPU_CFS_BURST, rel, 0), upd(r.CPU_IDLE, rel, 0)])
     assert [res.outcome for res in results] == [Outcome.WRITTEN] * 2, [res.error for res in results]
     assert (read(real_cgroups, "cpu", "", burst_file), read(real_cgroups, "cpu", "", "cpu.idle")) == ("0", "0")
 
@@ -167,18 +168,18 @@ def test_cpuset_leveled_shrink_and_grow(real_cgroups: RealCgroups, tmp_path: Pat
     ex, writer, _, _ = executor(tmp_path, real_cgroups.version)
 
     # Parent listed first: the executor still narrows the child before the parent.
-    shrink = ex.apply([upd("cpuset_cpus", parent, one), upd("cpuset_cpus", child, one)])
+    shrink = ex.apply([upd(r.CPUSET_CPUS, parent, one), upd(r.CPUSET_CPUS, child, one)])
     assert [res.outcome for res in shrink] == [Outcome.WRITTEN] * 2, [res.error for res in shrink]
     assert (real_cgroups.cpuset_cpus(), real_cgroups.cpuset_cpus("child")) == (one, one)
     assert writer.order == [(child_file, one), (parent_file, one)]
     # Child listed first: the executor still widens the parent before the child.
     writer.order.clear()
-    grow = ex.apply([upd("cpuset_cpus", child, both), upd("cpuset_cpus", parent, both)])
+    grow = ex.apply([upd(r.CPUSET_CPUS, child, both), upd(r.CPUSET_CPUS, parent, both)])
     assert [res.outcome for res in grow] == [Outcome.WRITTEN] * 2, [res.error for res in grow]
     assert (real_cgroups.cpuset_cpus(), real_cgroups.cpuset_cpus("child")) == (both, both)
     assert writer.order == [(parent_file, both), (child_file, both)]
     # Memory nodes: every host here has node 0 only.
-    mems = ex.apply([upd("cpuset_mems", parent, "0"), upd("cpuset_mems", child, "0")])
+    mems = ex.apply([upd(r.CPUSET_MEMS, parent, "0"), upd(r.CPUSET_MEMS, child, "0")])
     assert [res.outcome for res in mems] == [Outcome.WRITTEN] * 2, [res.error for res in mems]
     assert (read(real_cgroups, "cpuset", "", "cpuset.mems"), read(real_cgroups, "cpuset", "child", "cpuset.mems")) == (
         "0", "0")
@@ -195,7 +196,7 @@ def test_child_wider_than_parent(real_cgroups: RealCgroups, tmp_path: Path) -> N
     real_cgroups.write("cpuset", "child", "cpuset.cpus", one)
     real_cgroups.write("cpuset", "", "cpuset.cpus", one)
     ex, *_ = executor(tmp_path, real_cgroups.version)
-    (result,) = ex.apply([upd("cpuset_cpus", real_cgroups.name + "/child", both)])
+    (result,) = ex.apply([upd(r.CPUSET_CPUS, real_cgroups.name + "/child", both)])
     if real_cgroups.version == 1:
         assert result.outcome is Outcome.FAILED
         assert result.error is not None and "subset of the parent" in result.error
@@ -213,8 +214,8 @@ def test_memory_protection_reaches_the_kernel(real_cgroups: RealCgroups, tmp_pat
     parent, child = real_cgroups.name, real_cgroups.name + "/child"
     ex, writer, _, audit = executor(tmp_path, real_cgroups.version)
     results = ex.apply([
-        upd("memory_min", child, 32 * MIB), upd("memory_min", parent, 64 * MIB), upd("memory_low", parent, 128 * MIB),
-        upd("memory_high", parent, 512 * MIB), upd("memory_limit", parent, 768 * MIB),
+        upd(r.MEMORY_MIN, child, 32 * MIB), upd(r.MEMORY_MIN, parent, 64 * MIB), upd(r.MEMORY_LOW, parent, 128 * MIB),
+        upd(r.MEMORY_HIGH, parent, 512 * MIB), upd(r.MEMORY_LIMIT, parent, 768 * MIB),
     ])
     assert real_cgroups.memory_limit() == 768 * MIB
     if real_cgroups.version == 1:
@@ -232,7 +233,7 @@ def test_memory_protection_reaches_the_kernel(real_cgroups: RealCgroups, tmp_pat
     assert (Path(child).name, str(32 * MIB)) in mins
     # A value the kernel refuses: memory.high takes bytes or "max", not a negative number, but the executor's
     # validator stops -5 first; nothing reached the kernel and the file is unchanged.
-    (bad,) = ex.apply([upd("memory_high", parent, -5)])
+    (bad,) = ex.apply([upd(r.MEMORY_HIGH, parent, -5)])
     assert bad.outcome is Outcome.INVALID and read(real_cgroups, "memory", "", "memory.high") == str(512 * MIB)
     assert {rec["resource"] for rec in audit_records(audit)} == {"memory_min", "memory_low", "memory_high",
                                                                  "memory_limit"}
@@ -255,7 +256,7 @@ def test_invalid_values_never_reach_the_kernel(
                 "memory.limit_in_bytes": "memory.max"}.get(name, name)
     before = read(real_cgroups, subsystem, "", name)
     ex, writer, _, _ = executor(tmp_path, real_cgroups.version)
-    (result,) = ex.apply([upd(resource, real_cgroups.name, value)])
+    (result,) = ex.apply([upd(r.REGISTRY[resource], real_cgroups.name, value)])
     assert result.outcome is Outcome.INVALID
     assert result.error is not None and name in result.error and repr(value) in result.error
     assert writer.attempts == {}
@@ -269,7 +270,7 @@ def test_kernel_einval_is_audited_marked_and_not_retried(real_cgroups: RealCgrou
     real_cgroups.set_cpu_quota("", 10_000)
     ex, writer, clock, audit = executor(tmp_path, real_cgroups.version)
     path = str(real_cgroups.path("cpu") / burst_file)
-    (first,) = ex.apply([upd("cpu_cfs_burst", real_cgroups.name, 50_000)])
+    (first,) = ex.apply([upd(r.CPU_CFS_BURST, real_cgroups.name, 50_000)])
     assert first.outcome is Outcome.UNSUPPORTED
     assert first.error is not None and "Invalid argument" in first.error
     (record,) = audit_records(audit)
@@ -277,11 +278,11 @@ def test_kernel_einval_is_audited_marked_and_not_retried(real_cgroups: RealCgrou
     assert "Invalid argument" in str(record["error"])
     for _ in range(3):
         clock.now += 60
-        assert ex.apply([upd("cpu_cfs_burst", real_cgroups.name, 50_000)])[0].outcome is Outcome.UNSUPPORTED
+        assert ex.apply([upd(r.CPU_CFS_BURST, real_cgroups.name, 50_000)])[0].outcome is Outcome.UNSUPPORTED
     assert writer.attempts == {path: 1}
     assert read(real_cgroups, "cpu", "", burst_file) == "0"
     # A value the kernel accepts is tried at once.
-    assert ex.apply([upd("cpu_cfs_burst", real_cgroups.name, 5_000)])[0].outcome is Outcome.WRITTEN
+    assert ex.apply([upd(r.CPU_CFS_BURST, real_cgroups.name, 5_000)])[0].outcome is Outcome.WRITTEN
     assert read(real_cgroups, "cpu", "", burst_file) == "5000"
 
 
@@ -291,14 +292,14 @@ def test_child_quota_above_the_parents(real_cgroups: RealCgroups, tmp_path: Path
     real_cgroups.mkdir("child", subsystems=("cpu",))
     real_cgroups.set_cpu_quota("", 10_000)
     ex, *_ = executor(tmp_path, real_cgroups.version)
-    (result,) = ex.apply([upd("cpu_cfs_quota", real_cgroups.name + "/child", 50_000)])
+    (result,) = ex.apply([upd(r.CPU_CFS_QUOTA, real_cgroups.name + "/child", 50_000)])
     assert result.outcome is Outcome.WRITTEN, result.error
     if real_cgroups.version == 1:
         assert result.update.value == 10_000 and "capped at an ancestor's" in result.update.owner
         assert real_cgroups.cpu_quota("child") == (10_000, 100_000)
         # Once the parent grows, the child's own value goes through.
         real_cgroups.set_cpu_quota("", 200_000)
-        assert ex.apply([upd("cpu_cfs_quota", real_cgroups.name + "/child", 50_000)])[0].update.value == 50_000
+        assert ex.apply([upd(r.CPU_CFS_QUOTA, real_cgroups.name + "/child", 50_000)])[0].update.value == 50_000
         assert real_cgroups.cpu_quota("child") == (50_000, 100_000)
     else:
         assert real_cgroups.cpu_quota("child") == (50_000, 100_000)
@@ -315,7 +316,7 @@ def test_lowering_a_parent_below_its_children(real_cgroups: RealCgroups, tmp_pat
     for rel, quota in (("pod-a", 100_000), ("pod-a/c1", 100_000), ("pod-b/c2", 80_000)):
         real_cgroups.set_cpu_quota(rel, quota)
     ex, writer, _clock, _audit = executor(tmp_path, real_cgroups.version)
-    (result,) = ex.apply([upd("cpu_cfs_quota", real_cgroups.name, 27_400)])
+    (result,) = ex.apply([upd(r.CPU_CFS_QUOTA, real_cgroups.name, 27_400)])
     assert result.outcome is Outcome.WRITTEN and result.update.value == 27_400, result.error
     assert real_cgroups.cpu_quota("") == (27_400, 100_000)
     expected = 27_400 if real_cgroups.version == 1 else None
@@ -331,11 +332,11 @@ def test_removed_cgroup_is_gone(real_cgroups: RealCgroups, tmp_path: Path) -> No
     real_cgroups.mkdir("pod", subsystems=("cpu",))
     ex, *_ = executor(tmp_path, real_cgroups.version)
     pod = real_cgroups.name + "/pod"
-    assert ex.apply([upd("cpu_shares", pod, 256)])[0].outcome is Outcome.WRITTEN
+    assert ex.apply([upd(r.CPU_SHARES, pod, 256)])[0].outcome is Outcome.WRITTEN
     real_cgroups.remove("pod")
-    (result,) = ex.apply([upd("cpu_shares", pod, 128)])
+    (result,) = ex.apply([upd(r.CPU_SHARES, pod, 128)])
     assert result.outcome is Outcome.GONE
-    assert ex.apply([upd("cpu_shares", real_cgroups.name + "/never", 128)])[0].outcome is Outcome.GONE
+    assert ex.apply([upd(r.CPU_SHARES, real_cgroups.name + "/never", 128)])[0].outcome is Outcome.GONE
 
 
 # ---------------------------------------------------------------------------------------------- block I/O
@@ -380,7 +381,8 @@ def test_io_throttle_reaches_the_kernel(real_cgroups: RealCgroups, tmp_path: Pat
     real_cgroups.mkdir("", subsystems=("blkio",))
     ex, writer, _, _ = executor(tmp_path, real_cgroups.version)
     wanted = {"blkio_read_bps": 8 * MIB, "blkio_write_bps": 4 * MIB, "blkio_read_iops": 900, "blkio_write_iops": 300}
-    results = ex.apply([upd(key, real_cgroups.name, (major, minor, value)) for key, value in wanted.items()])
+    results = ex.apply([upd(r.REGISTRY[key], real_cgroups.name, (major, minor, value))
+                        for key, value in wanted.items()])
     assert [res.outcome for res in results] == [Outcome.WRITTEN] * 4, [res.error for res in results]
     assert io_limits(real_cgroups, devno) == {IO_KEYS[key]: value for key, value in wanted.items()}
     print(f"io throttle {devno}: wrote {[text for _, text in writer.order]}, "
@@ -388,7 +390,7 @@ def test_io_throttle_reaches_the_kernel(real_cgroups: RealCgroups, tmp_path: Pat
     if real_cgroups.version == 2:
         assert [text for _, text in writer.order] == [f"{devno} {IO_KEYS[k]}={v}" for k, v in wanted.items()]
     # 0 lifts a limit: v1 drops the rule, v2 writes "max" (the line goes once every key is max).
-    results = ex.apply([upd(key, real_cgroups.name, (major, minor, 0)) for key in wanted])
+    results = ex.apply([upd(r.REGISTRY[key], real_cgroups.name, (major, minor, 0)) for key in wanted])
     assert [res.outcome for res in results] == [Outcome.WRITTEN] * 4, [res.error for res in results]
     assert io_limits(real_cgroups, devno) == dict.fromkeys(IO_KEYS.values(), -1)
     if real_cgroups.version == 2:
@@ -406,7 +408,7 @@ def test_io_weight_needs_iocost(real_cgroups: RealCgroups, tmp_path: Path) -> No
     ex, writer, _, audit = executor(tmp_path, real_cgroups.version)
     rel = real_cgroups.name
     if real_cgroups.version == 1:
-        results = ex.apply([upd("blkio_cost_qos", "", f"{devno} enable=1"), upd("blkio_cost_weight", rel,
+        results = ex.apply([upd(r.BLKIO_COST_QOS, "", f"{devno} enable=1"), upd(r.BLKIO_COST_WEIGHT, rel,
                                                                                  (major, minor, 50))])
         assert [res.outcome for res in results] == [Outcome.UNSUPPORTED] * 2, [res.error for res in results]
         assert all(res.error and "absent" in res.error for res in results), [res.error for res in results]
@@ -416,24 +418,24 @@ def test_io_weight_needs_iocost(real_cgroups: RealCgroups, tmp_path: Path) -> No
     # A disk has iocost once a line for it shows in the root's io.cost.qos (another test may have done it).
     had_iocost = any(line.split()[0] == devno for line in (CGROUP_ROOT / "io.cost.qos").read_text().splitlines())
     weight_path = str(real_cgroups.path("io") / "io.weight")
-    (before,) = ex.apply([upd("blkio_cost_weight", rel, (major, minor, 50))])
+    (before,) = ex.apply([upd(r.BLKIO_COST_WEIGHT, rel, (major, minor, 50))])
     if not had_iocost:
         assert before.outcome is Outcome.UNSUPPORTED, before.error
         assert before.error is not None and "not supported" in before.error
         assert audit_records(audit)[-1]["outcome"] == "unsupported"
         ex.forget(weight_path)
     try:
-        (qos,) = ex.apply([upd("blkio_cost_qos", "", f"{devno} enable=1")])
+        (qos,) = ex.apply([upd(r.BLKIO_COST_QOS, "", f"{devno} enable=1")])
         assert qos.outcome is Outcome.WRITTEN, qos.error
         qos_line = next(line for line in (CGROUP_ROOT / "io.cost.qos").read_text().splitlines()
                         if line.split()[0] == devno)
         assert "enable=1" in qos_line.split()
-        (weight,) = ex.apply([upd("blkio_cost_weight", rel, (major, minor, 50))])
+        (weight,) = ex.apply([upd(r.BLKIO_COST_WEIGHT, rel, (major, minor, 50))])
         assert weight.outcome is Outcome.WRITTEN, weight.error
         assert read(real_cgroups, "io", "", "io.weight").splitlines() == ["default 100", f"{devno} 50"]
         print(f"io.weight: before iocost {before.outcome.value} ({before.error}); io.cost.qos {qos_line!r}; "
               f"io.weight {read(real_cgroups, 'io', '', 'io.weight').splitlines()}")
     finally:
         # The root's iocost is the host's: a restore that did not reach the kernel must fail the test.
-        (restored,) = ex.apply([upd("blkio_cost_qos", "", f"{devno} enable=0")])
+        (restored,) = ex.apply([upd(r.BLKIO_COST_QOS, "", f"{devno} enable=0")])
         assert restored.outcome is Outcome.WRITTEN, f"iocost of {devno} left enabled: {restored.error}"

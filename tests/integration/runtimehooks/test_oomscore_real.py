@@ -50,6 +50,7 @@ def test_a_refused_value_is_reported(real_cgroups: RealCgroups) -> None:
     result = writer.apply([pid], -500, "test")
     value = Path(f"/proc/{pid}/oom_score_adj").read_text().strip()
     if result.failed:
-        assert result.failed == [f"pid {pid}: Permission denied"] and value == "0"
+        assert result.failed == ((pid, f"pid {pid}: Permission denied"),) and value == "0"
+        assert result.error == f"pid {pid}: Permission denied" and not result.ok
     else:
-        assert value == "-500" and result.written == 1
+        assert value == "-500" and result.applied == (pid,) and result.ok

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from koordlet import native
 from koordlet.config.types import Config
 from koordlet.statesinformer.informer import StatesInformer
 from koordlet.statesinformer.pleg import Pleg
@@ -152,7 +153,7 @@ def test_standalone_informer_follows_pods_of_either_driver(real_cgroups: RealCgr
         plegs.append(Pleg(dirs, on_event))
         return plegs[-1]
 
-    informer = StatesInformer(config, layout, guess.driver, read_node_info(paths), pleg_factory=pleg_factory)
+    informer = StatesInformer(config, layout, guess.driver, read_node_info(paths, native), pleg_factory=pleg_factory)
     # v1: the cpu subsystem's copy of the tree; v2: the one hierarchy, the cgroup root itself.
     hierarchy = CGROUP_ROOT / "cpu" if real_cgroups.version == 1 else CGROUP_ROOT
     assert informer.pleg_dirs() == [str(hierarchy / parent / qos_dir(driver, q)) for q in KubeQoS]

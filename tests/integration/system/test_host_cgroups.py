@@ -195,7 +195,7 @@ def test_pressure_of_a_private_cgroup_reads_through_unified(real_cgroups: RealCg
 
 
 def test_node_info_matches_the_host(cgroup_version: int) -> None:
-    info = read_node_info(HostPaths())
+    info = read_node_info(HostPaths(), native)
     assert info.kernel_release == os.uname().release
     assert info.cpu_count == os.cpu_count()
     with open("/proc/meminfo") as f:

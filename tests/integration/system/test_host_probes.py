@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from koordlet import native
 from koordlet.system import PROBE_NAMES, CgroupMode, HostPaths, detect_driver, detect_layout, probe_all
 from koordlet.system.probes import PROBE_DIR_PREFIX
 from tests.fixtures.realcgroup import ONLY_V1
@@ -61,7 +62,7 @@ EXPECTED_V2 = {
 
 @pytest.fixture
 def results(cgroup_version: int) -> dict[str, tuple[bool, str]]:
-    return {r.name: (r.supported, r.reason) for r in probe_all(HostPaths())}
+    return {r.name: (r.supported, r.reason) for r in probe_all(HostPaths(), native)}
 
 
 def test_every_probe_answers_as_the_kernel_is(results: dict[str, tuple[bool, str]], cgroup_version: int) -> None:
@@ -94,7 +95,7 @@ def test_reasons_name_the_cause(results: dict[str, tuple[bool, str]]) -> None:
 
 @pytest.mark.cgroupv2
 def test_v2_reasons_name_the_v2_files() -> None:
-    results = {r.name: r.reason for r in probe_all(HostPaths())}
+    results = {r.name: r.reason for r in probe_all(HostPaths(), native)}
     assert results["cgroup_mode"].startswith("v2: ")
     assert "cpu.max.burst present in /sys/fs/cgroup/" in results["cpu_cfs_burst"]
     assert "io.cost.qos present in /sys/fs/cgroup" in results["blkio_cost_qos"]
@@ -103,7 +104,7 @@ def test_v2_reasons_name_the_v2_files() -> None:
 
 
 def test_perf_probe_leaves_no_directory_behind(cgroup_version: int) -> None:
-    probe_all(HostPaths())
+    probe_all(HostPaths(), native)
     mine = f"{PROBE_DIR_PREFIX}{os.getpid()}-"
     unified = "/sys/fs/cgroup" if cgroup_version == 2 else "/sys/fs/cgroup/unified"
     assert not [d for d in os.listdir(unified) if d.startswith(mine)]

@@ -23,14 +23,10 @@ from koordlet.apis.nodemetric import (
     PodMetricInfo,
     ReclaimableMetric,
     ResourceMap,
-    format_cpu_milli,
-    format_duration,
-    format_memory_bytes,
     format_time,
-    parse_duration,
     parse_time,
 )
-from koordlet.apis.quantity import int_value, milli_value
+from koordlet.apis.quantity import format_cpu_milli, format_memory_bytes, int_value, milli_value
 from koordlet.errors import ConfigError, ParseError
 
 # ------------------------------------------------------------------------------------------- quantities
@@ -68,39 +64,6 @@ def test_cpu_text_parses_back(milli: int) -> None:
 
 def test_usage_truncates_like_go_int64() -> None:
     assert ResourceMap.from_usage(6.3125, 52953088.9) == ResourceMap(cpu_milli=6312, memory_bytes=52953088)
-
-
-# ------------------------------------------------------------------------------------------- durations
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [(300, "5m0s"), (600, "10m0s"), (1800, "30m0s"), (3600, "1h0m0s"), (90, "1m30s"), (59, "59s"),
-     (1.5, "1.5s"), (0.5, "500ms"), (0.0015, "1.5ms"), (1e-6, "1µs"), (5e-9, "5ns"), (0, "0s"),
-     (3661.5, "1h1m1.5s"), (-120, "-2m0s")],
-)
-def test_duration_is_written_like_go(seconds: float, text: str) -> None:
-    assert format_duration(seconds) == text
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("5m", 300.0), ("5m0s", 300.0), ("1h30m", 5400.0), ("1.5s", 1.5), ("300ms", 0.3), ("-2m", -120.0),
-     ("0", 0.0), ("2h45m30.5s", 9930.5), ("1us", 1e-6), ("1µs", 1e-6), (".5s", 0.5)],
-)
-def test_duration_is_parsed_like_go(text: str, seconds: float) -> None:
-    assert parse_duration(text) == pytest.approx(seconds)
-
-
-@pytest.mark.parametrize("text", ["", "5", "m", "5x", "1h-2m", "five minutes", "+"])
-def test_bad_duration_is_rejected(text: str) -> None:
-    with pytest.raises(ValueError, match="invalid duration"):
-        parse_duration(text)
-
-
-@given(st.integers(min_value=1, max_value=10**6))
-def test_duration_round_trip(seconds: int) -> None:
-    assert parse_duration(format_duration(seconds)) == seconds
 
 
 def test_times_are_rfc3339_utc_seconds() -> None:

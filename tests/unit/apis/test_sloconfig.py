@@ -18,6 +18,8 @@ from koordlet.apis.sloconfig import (
     CPUNormalizationStrategy,
     LabelSelector,
     configmap_data_from_yaml,
+    keep_last_good,
+    key_errors,
     render_colocation,
     render_cpu_normalization,
     render_nodeslo,
@@ -586,3 +588,22 @@ def test_rendered_spec_is_a_valid_nodeslo(shared_dir: Path) -> None:
     spec, _ = render_nodeslo(data, ANOLIS)
     assert NodeSLOSpec.from_json(spec.to_json()) == spec
     assert spec.with_defaults() == spec
+
+
+# ------------------------------------------------------------------------------------------ last good per key
+
+
+def test_keep_last_good_keeps_a_refused_keys_good_text_and_applies_the_others() -> None:
+    good_threshold = '{"clusterStrategy": {"enable": true, "cpuSuppressThresholdPercent": 60}}'
+    bad_threshold = '{"clusterStrategy": {"enable": true, "cpuSuppressThresholdPercent": 160}}'
+    burst = '{"clusterStrategy": {"policy": "auto"}}'
+    good, errors = keep_last_good({}, {"resource-threshold-config": good_threshold})
+    assert (good, errors) == ({"resource-threshold-config": good_threshold}, {})
+    good, errors = keep_last_good(good, {"resource-threshold-config": bad_threshold, "cpu-burst-config": burst,
+                                         "system-config": "{not json"})
+    # The refused key keeps its last good text; one never good (system-config) is left to its defaults.
+    assert good == {"resource-threshold-config": good_threshold, "cpu-burst-config": burst}
+    assert set(errors) == {"resource-threshold-config", "system-config"}
+    assert "cpuSuppressThresholdPercent" in errors["resource-threshold-config"]
+    assert key_errors({"cpu-burst-config": burst, "colocation-config": 7}) == {
+        "colocation-config": "colocation-config: must be a string, got int"}

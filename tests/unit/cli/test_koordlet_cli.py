@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from koordlet import native
-from koordlet.cli.koordlet import main, node_info_fields
+from koordlet.cli.koordlet import main
+from koordlet.daemon.run import node_info_fields
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from koordlet.system.probes import PROBE_NAMES
@@ -99,7 +100,8 @@ def test_missing_c_core_exits_1(
     # As if the package were installed without its compiled core: importing koordlet._native fails,
     # and koordlet.native must be imported afresh to notice.
     monkeypatch.setitem(sys.modules, "koordlet._native", None)
-    monkeypatch.delitem(sys.modules, "koordlet.native")
+    for name in [n for n in sys.modules if n == "koordlet.native" or n.startswith("koordlet.native.")]:
+        monkeypatch.delitem(sys.modules, name)
     monkeypatch.delattr(koordlet, "native")
     assert main(["run", "--standalone", "--log-format", "json", "--state-dir", str(tmp_path)]) == 1
     last = json.loads(capsys.readouterr().err.splitlines()[-1])
@@ -254,8 +256,8 @@ def test_standalone_on_a_fake_host_stops_cleanly_on(
     assert roots["proc_root"] == host.paths.proc_root
     # The node as the fake tree describes it (4 CPUs, v1), read by the agent through the C core.
     (node,) = agent.messages("node info")
-    assert {k: node[k] for k in node_info_fields(read_node_info(host.paths))} == node_info_fields(
-        read_node_info(host.paths)
+    assert {k: node[k] for k in node_info_fields(read_node_info(host.paths, native))} == node_info_fields(
+        read_node_info(host.paths, native)
     )
     assert (node["cpu_count"], node["online_cpus"], node["cgroup_mode"]) == (4, "0-3", "v1")
 
@@ -269,7 +271,7 @@ def test_standalone_on_this_host_stops_cleanly_on(
     private_parent = f"--cgroup-kube-parent=koordlet-test-{os.getpid()}"
     agent = run_until_signal(start_agent, sig, tmp_path / "state", [private_parent])
     (node,) = agent.messages("node info")
-    expected = node_info_fields(read_node_info(HostPaths()))
+    expected = node_info_fields(read_node_info(HostPaths(), native))
     assert {k: node[k] for k in expected} == expected
 
 

@@ -28,7 +28,6 @@ from koordlet.apis.nodemetric import (
 from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
 from koordlet.companion.api import CompanionAPIError, CompanionServer
 from koordlet.companion.auth import AuthUnavailable, Identity, Unauthenticated
-from koordlet.qosmanager.nodeslo import Effective, NodeSLOHolder
 from koordlet.statesinformer.companion import (
     CompanionClient,
     CompanionError,
@@ -36,6 +35,7 @@ from koordlet.statesinformer.companion import (
     CompanionNodeSLOSource,
     token_from_file,
 )
+from koordlet.statesinformer.nodeslo import Effective, NodeSLOHolder
 from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakekubelet import make_tls_files
 

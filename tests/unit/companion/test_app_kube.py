@@ -21,7 +21,6 @@ from koordlet.companion import cli
 from koordlet.companion.app import Companion, CompanionOptions
 from koordlet.companion.kube import make_api_client
 from koordlet.qosmanager.evictor import CompanionEvictionAPI, EvictionFailed
-from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.companion import (
     CompanionClient,
     CompanionError,
@@ -29,6 +28,7 @@ from koordlet.statesinformer.companion import (
     CompanionNodeSLOSource,
     token_from_file,
 )
+from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakeapiserver import make_configmap, make_node, make_pod
 from tests.fixtures.waiting import wait_until

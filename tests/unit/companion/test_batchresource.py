@@ -363,7 +363,7 @@ def test_parse_cpuset(text: str, count: int) -> None:
     assert len(parse_cpuset(text)) == count
 
 
-@pytest.mark.parametrize("text", ["3-1", "a", "1-2-3", " 1", "1,", "-1"])
+@pytest.mark.parametrize("text", ["3-1", "a", "1-2-3", " 1", "1,", "-1", "1, 2", "\u0663", "0-70000"])
 def test_parse_cpuset_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="invalid cpu list"):
         parse_cpuset(text)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from koordlet.apis.proto.companion.v1 import companion_pb2
-from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.statesinformer.companion import PERSIST_FORMAT, CompanionClient, CompanionNodeSLOSource
+from koordlet.statesinformer.nodeslo import NodeSLOHolder
 
 LOGGER = "koordlet.statesinformer.companion"
 SPEC = {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 61}}

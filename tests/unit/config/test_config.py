@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from koordlet.config import add_flags, flags_from_args, gates, load, parse_duration
+from koordlet.apis.duration import parse_seconds_or_duration
+from koordlet.config import add_flags, flags_from_args, gates, load
 from koordlet.config.load import embedded_standalone_default
 from koordlet.errors import ConfigError
 
@@ -91,10 +92,10 @@ def test_gates_all_alpha_and_overrides() -> None:
 @pytest.mark.parametrize(("text", "seconds"), [("10s", 10), ("1m30s", 90), ("12h", 43200), ("500ms", 0.5),
                                                ("2.5", 2.5), ("1h1m1s", 3661)])
 def test_durations(text: str, seconds: float) -> None:
-    assert parse_duration(text) == seconds
+    assert parse_seconds_or_duration(text) == seconds
 
 
 @pytest.mark.parametrize("bad", ["", "s", "10x", "1h-1m", "m"])
 def test_bad_durations(bad: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
-        parse_duration(bad)
+        parse_seconds_or_duration(bad)

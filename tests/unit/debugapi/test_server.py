@@ -24,11 +24,12 @@ from koordlet.metriccache import names
 from koordlet.metriccache.cache import Labels, pod_labels
 from koordlet.qosmanager.evictor import DryRunBackend, EvictionFailed, Evictions
 from koordlet.qosmanager.framework import Decision, DecisionLog
-from koordlet.qosmanager.nodeslo import NodeSLOHolder
 from koordlet.resourceexecutor import CgroupUpdate, ResourceExecutor
 from koordlet.runtimehooks.framework import Hook, HookCallRecorder, HookContext, HookRequest, HookRunner, Stage
 from koordlet.statesinformer.framework import PodMeta
+from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from koordlet.system.probes import ProbeResult
+from koordlet.system.resources import CPU_CFS_PERIOD, CPU_CFS_QUOTA, CPU_IDLE, CPU_SHARES, CPUSET_CPUS, MEMORY_LIMIT
 from tests.fixtures.debugclient import get, post
 from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakehost import FakeHost
@@ -70,7 +71,7 @@ class FakeStrategy:
 
 def _add_cpu(ctx: HookContext) -> None:
     ctx.set("cpu_shares", 512)
-    ctx.write("cpu_idle", 1)
+    ctx.write(CPU_IDLE, 1)
 
 
 def _nothing(ctx: HookContext) -> None:
@@ -507,8 +508,8 @@ def test_host_cgroups_reads_current_desired_and_files(fake_cgroup_host: FakeHost
     executor = ResourceExecutor(layout, FakeClock(), MemoryAudit())
     view = HostCgroups(layout, executor.last_written)
     assert view.desired(rel) == {}
-    executor.apply([CgroupUpdate("cpu_shares", rel, 4096, "test"), CgroupUpdate("memory_limit", rel, 1 << 30, "t"),
-                    CgroupUpdate("cpuset_cpus", rel, "0-1", "test"), CgroupUpdate("cpu_cfs_quota", rel, 50_000, "t")])
+    executor.apply([CgroupUpdate(CPU_SHARES, rel, 4096, "test"), CgroupUpdate(MEMORY_LIMIT, rel, 1 << 30, "t"),
+                    CgroupUpdate(CPUSET_CPUS, rel, "0-1", "test"), CgroupUpdate(CPU_CFS_QUOTA, rel, 50_000, "t")])
     if layout.controller_version == 2:
         host.write_cgroup(rel, "cpu.max", "50000 100000\n")  # the kernel keeps the period of a quota-only write
     current, desired = view.current(rel), view.desired(rel)
@@ -526,11 +527,11 @@ def test_host_cgroups_reads_current_desired_and_files(fake_cgroup_host: FakeHost
 
 
 def test_decode_written_v2_cpu_max() -> None:
-    assert decode_written("cpu_cfs_quota", 2, "max 100000") == -1
-    assert decode_written("cpu_cfs_period", 2, "50000 100000") == 100000
-    assert decode_written("cpu_cfs_period", 2, "50000") is None
-    assert decode_written("memory_limit", 2, "max") == -1
-    assert decode_written("cpu_shares", 1, "1024\n") == 1024
+    assert decode_written(CPU_CFS_QUOTA, 2, "max 100000") == -1
+    assert decode_written(CPU_CFS_PERIOD, 2, "50000 100000") == 100000
+    assert decode_written(CPU_CFS_PERIOD, 2, "50000") is None
+    assert decode_written(MEMORY_LIMIT, 2, "max") == -1
+    assert decode_written(CPU_SHARES, 1, "1024\n") == 1024
 
 
 def test_default_socket_for_root_and_for_other_users() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from koordlet.log import TextFormatter
 from koordlet.metriccache.disk import MEMORY, MEMORY_ONLY_MAX_BYTES, DiskStore
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -45,7 +46,9 @@ def store_file(path: Path, series: int = 40, rounds: int = 10) -> bytes:
 
 
 def disk_records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
+    """The store's records at ``level`` as the agent's text log lines: the message, then its fields."""
+    formatter = TextFormatter()
+    return [formatter.format(r) for r in caplog.records if r.name == LOGGER and r.levelno == level]
 
 
 def works(store: DiskStore) -> bool:
@@ -103,7 +106,8 @@ def test_a_damaged_file_is_moved_aside_with_one_line_naming_it_and_why(
     try:
         (line,) = disk_records(caplog, logging.ERROR)
         (aside,) = [p for p in path.parent.iterdir() if p.name.startswith("metrics.db.corrupt-")]
-        assert str(path) in line and reason in line and str(aside) in line, line
+        assert "metric store moved aside" in line, line
+        assert f"path={path}" in line and reason in line and f"moved_to={aside}" in line, line
         assert aside.read_bytes() == before  # kept for a post-mortem, as it was
         assert not disk_records(caplog, logging.WARNING)
         assert store.journal_mode == "wal" and store.series_keys() == []
@@ -130,7 +134,8 @@ def test_damage_found_while_running_moves_the_file_aside_and_the_store_goes_on(
         with caplog.at_level(logging.INFO, logger=LOGGER):
             answers = [store.read(f"s{k}", 0, T0 + 1e6) for k in range(40)]
         (line,) = disk_records(caplog, logging.ERROR)
-        assert f"metric store {path} is damaged (reading history: database disk image is malformed" in line, line
+        assert "metric store moved aside" in line and f"path={path}" in line, line
+        assert 'problem="damaged (reading history: database disk image is malformed' in line, line
         assert any(p.name.startswith("metrics.db.corrupt-") for p in tmp_path.iterdir())
         # Series read after the move find a new, empty store; nothing was raised to the reader.
         assert answers[-1] == ([], [])
@@ -152,7 +157,8 @@ def test_no_usable_file_keeps_history_in_memory_saying_so_once(
         store = DiskStore(path, 1e9, 1 << 30)
     try:
         (line,) = disk_records(caplog, logging.ERROR)
-        assert f"metric store {path} cannot be used (" in line and reason in line and "memory only" in line, line
+        assert "metric store cannot be used" in line and "memory only" in line, line
+        assert f"path={path}" in line and reason in line, line
         assert store.journal_mode == MEMORY and store.max_bytes == MEMORY_ONLY_MAX_BYTES
         assert works(store)
         assert len(disk_records(caplog, logging.ERROR)) == 1
@@ -168,7 +174,14 @@ from pathlib import Path
 from koordlet.metriccache.disk import DiskStore
 from tests.fixtures.nosharedmmap import forbid_shared_file_mmap, shared_file_mmap_error
 
-logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+from koordlet.log import record_fields
+
+class Fields(logging.Formatter):
+    def format(self, record):
+        return super().format(record) + "".join(f" {k}={v}" for k, v in record_fields(record).items())
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+logging.getLogger().handlers[0].setFormatter(Fields("%(levelname)s %(name)s: %(message)s"))
 path, how, t = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 if how == "no-shared-mmap":
     forbid_shared_file_mmap()
@@ -201,8 +214,9 @@ def test_where_wal_cannot_map_its_index_the_store_uses_a_rollback_journal_and_sa
     assert first["journal_mode"] == "delete" and first["written"] == 1
     assert first["history"] == [[T0, T0 + 1], [0.5, 0.75]] and first["kv"] == {"t": T0}
     (line,) = [line for line in lines if line.startswith("WARNING")]
-    assert f"metric store {path}: journal_mode=WAL: disk I/O error" in line, line
-    assert "using journal_mode=DELETE with an exclusive lock" in line, line
+    assert "metric store fell back to another journal mode with an exclusive lock" in line, line
+    assert f"path={path}" in line and "failures=journal_mode=WAL: disk I/O error" in line, line
+    assert "journal_mode=DELETE" in line, line
     assert not [line for line in lines if line.startswith("ERROR")]
 
     # A restart on the same file system finds what the first run wrote.

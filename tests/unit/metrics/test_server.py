@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
-from koordlet.cli.daemon import Component
+from koordlet.component import Component
 from koordlet.errors import ConfigError
 from koordlet.metriccache import CacheSettings, MetricCache, labels_of, names
 from koordlet.metrics import KoordletMetrics, MetricsServer, serve

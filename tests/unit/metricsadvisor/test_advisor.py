@@ -14,11 +14,13 @@ import pytest
 
 from koordlet import native
 from koordlet.config.types import CollectorConfig
+from koordlet.errors import ConfigError
 from koordlet.metriccache import labels_of, names
 from koordlet.metricsadvisor import registry
 from koordlet.metricsadvisor.advisor import MetricsAdvisor
 from koordlet.metricsadvisor.framework import FileGroup, Options
 from koordlet.metricsadvisor.registry import build_collectors
+from koordlet.plugins import Plugin
 from koordlet.statesinformer.framework import PodMeta
 from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakehost import FakeHost
@@ -178,12 +180,12 @@ def test_registry_builds_every_collector_in_dependency_order() -> None:
 
 
 def test_registry_rejects_duplicates_and_misnamed_collectors(monkeypatch: pytest.MonkeyPatch) -> None:
-    factories = list(registry.FACTORIES)
-    monkeypatch.setattr(registry, "FACTORIES", (*factories, factories[0]))
-    with pytest.raises(ValueError, match="duplicate collector names: noderesource"):
+    plugins = list(registry.PLUGINS)
+    monkeypatch.setattr(registry, "PLUGINS", (*plugins, plugins[0]))
+    with pytest.raises(ConfigError, match="duplicate collector name 'noderesource'"):
         build_collectors()
-    monkeypatch.setattr(registry, "FACTORIES", (("psi", factories[0][1]),))
-    with pytest.raises(ValueError, match="registered as 'psi' calls itself 'noderesource'"):
+    monkeypatch.setattr(registry, "PLUGINS", (Plugin("psi", plugins[0].new),))
+    with pytest.raises(ConfigError, match="registered as 'psi' calls itself 'noderesource'"):
         build_collectors()
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from koordlet.metriccache import names
-from koordlet.metricsadvisor.collectors.noderesource import NodeResourceCollector
+from koordlet.metricsadvisor.collectors import noderesource
+from koordlet.metricsadvisor.framework import CollectorDeps
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.metricsadvisor.harness import T0, Single, make_options, samples
 
@@ -25,7 +26,7 @@ def test_cpu_is_busy_ticks_over_elapsed_time_without_idle_iowait_or_steal(fake_c
     """Between the two reads user +1.00 s, nice +0.20, system +0.50, irq +0.05, softirq +0.25 (in USER_HZ
     ticks), while idle, iowait and steal also grow: busy = 2.0 s over 2 s elapsed = 1.0 core."""
     host = fake_cgroup_host
-    run = Single.start(NodeResourceCollector(), make_options(host, tmp_path))
+    run = Single.start(noderesource.new(CollectorDeps()), make_options(host, tmp_path))
     host.write_proc("stat", proc_stat(1000, 10, 500, 9000, 40, 5, 5, 100))
     run.tick()
     assert samples(run.cache, names.NODE_CPU_USAGE) == []  # the first read is a baseline
@@ -39,14 +40,14 @@ def test_memory_is_total_minus_available_in_bytes(fake_cgroup_host: FakeHost, tm
     """MemTotal 16 GiB, MemAvailable 6 GiB (printed in kB) -> 10 GiB = 10737418240 bytes."""
     host = fake_cgroup_host
     host.set_meminfo(total_kb=16 << 20, available_kb=6 << 20)
-    run = Single.start(NodeResourceCollector(), make_options(host, tmp_path))
+    run = Single.start(noderesource.new(CollectorDeps()), make_options(host, tmp_path))
     run.tick()
     assert samples(run.cache, names.NODE_MEMORY_USAGE) == [(T0, 10 * 2**30)]
 
 
 def test_missing_or_garbled_proc_files_make_no_sample(fake_host: FakeHost, tmp_path: Path) -> None:
     host = fake_host
-    run = Single.start(NodeResourceCollector(), make_options(host, tmp_path))
+    run = Single.start(noderesource.new(CollectorDeps()), make_options(host, tmp_path))
     host.write_proc("meminfo", "MemTotal: lots\n")
     Path(host.paths.proc("stat")).unlink()
     run.tick()

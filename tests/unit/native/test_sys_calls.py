@@ -55,8 +55,8 @@ def test_sched_core_errors_are_translated(monkeypatch: pytest.MonkeyPatch) -> No
         (-errno.EPERM, errors.PermissionDenied, "not permitted"),
     ]:
         with pytest.raises(cls, match=text):
-            native._sched_core_check(rc, "PR_SCHED_CORE_CREATE pid 1")
-    native._sched_core_check(0, "ok")
+            native.schedcore.check_rc(rc, "PR_SCHED_CORE_CREATE pid 1")
+    native.schedcore.check_rc(0, "ok")
 
 
 def test_psi_trigger_validates_spec(tmp_path: Path) -> None:

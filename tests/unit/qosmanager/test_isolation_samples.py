@@ -13,17 +13,18 @@ import pytest
 import yaml
 
 from koordlet.apis.nodeslo import NodeSLOSpec
+from koordlet.config.gates import CORE_SCHED as CORESCHED_GATE
+from koordlet.config.gates import RDT_RESCTRL as RESCTRL_GATE
+from koordlet.config.gates import RESCTRL as POD_GATE
 from koordlet.errors import ConfigError, ParseError
-from koordlet.qosmanager.nodeslo import FileNodeSLOSource, NodeSLOHolder, spec_json_from_text
-from koordlet.qosmanager.plugins.coresched.strategy import GATE as CORESCHED_GATE
+from koordlet.isolation.resctrl.annotation import ANNOTATION_RESCTRL
 from koordlet.qosmanager.plugins.coresched.strategy import CoreSched
 from koordlet.qosmanager.plugins.netqos import NetQoSStrategy
-from koordlet.qosmanager.plugins.resctrl.annotation import ANNOTATION_RESCTRL
-from koordlet.qosmanager.plugins.resctrl.strategy import GATE as RESCTRL_GATE
-from koordlet.qosmanager.plugins.resctrl.strategy import POD_GATE, ResctrlQoS
+from koordlet.qosmanager.plugins.resctrl.strategy import ResctrlQoS
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoSPlan
 from koordlet.statesinformer.framework import PodMeta
+from koordlet.statesinformer.nodeslo import FileNodeSLOSource, NodeSLOHolder, spec_json_from_text
 from koordlet.system.resources import REGISTRY
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.qosmanager.coresched.fakenative import FakeNative

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,10 +12,11 @@ import pytest
 
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.errors import ConfigError
-from koordlet.qosmanager.framework import Decision, DecisionLog, Options
+from koordlet.plugins import Plugin
+from koordlet.qosmanager.framework import Action, Decision, DecisionLog, Options
 from koordlet.qosmanager.manager import QoSManager
-from koordlet.qosmanager.nodeslo import FileNodeSLOSource, NodeSLOHolder
 from koordlet.qosmanager.registry import build_strategies, registry
+from koordlet.statesinformer.nodeslo import FileNodeSLOSource, NodeSLOHolder
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.qosmanager.fakes import FakeClock, FakeInformer, make_options
 
@@ -101,7 +103,7 @@ def test_a_failing_strategy_is_isolated_and_logged_once(fake_host: FakeHost, tmp
             manager.run_once()
             mono.advance(1.0)
     assert len(good.calls) == 3 and len(bad.calls) == 3
-    assert sum("bad" in r.getMessage() for r in caplog.records) == 1
+    assert [r.getMessage() for r in caplog.records if getattr(r, "strategy", None) == "bad"] == ["QoS strategy failed"]
     decision = options.decisions.last("bad")
     assert decision is not None and decision.action == "error" and "bad broke" in decision.summary
     assert ("bad", False) in options.metrics.runs and ("good", True) in options.metrics.runs  # type: ignore[attr-defined]
@@ -131,10 +133,19 @@ def test_decision_log_keeps_last_and_acted_history() -> None:
     assert [d.action for d in log.history()] == ["evict", "suppress"]
 
 
+def test_decision_action_is_the_enum_and_its_json_the_plain_word() -> None:
+    decision = Decision("s", 1.0, "suppress", "BE limited")
+    assert decision.action is Action.SUPPRESS and decision.action == "suppress"
+    assert json.loads(json.dumps(decision.to_json()))["action"] == "suppress"
+    with pytest.raises(ValueError):
+        Decision("s", 1.0, "suppressed", "a word no strategy uses")
+
+
 def test_registry_rejects_duplicates_and_builds_all(fake_host: FakeHost, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="duplicate QoS strategy name 'x'"):
-        registry([("x", lambda o: Probe("x")), ("x", lambda o: Probe("x"))])
+        registry([Plugin("x", lambda o: Probe("x")), Plugin("x", lambda o: Probe("x"))])
     options = make_options(fake_host, tmp_path, FakeInformer())
     names = [s.name for s in build_strategies(options)]
     assert names == ["cpusuppress", "cpuburst", "cpuevict", "memoryevict", "cgreconcile", "blkio", "coresched",
                      "netqos", "resctrl"]
+    assert list(registry()) == names

@@ -14,16 +14,15 @@ from pathlib import Path
 import pytest
 
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
+from koordlet.config.gates import CGROUP_RECONCILE as MEMORY_QOS_GATE
 from koordlet.errors import KoordletError
-from koordlet.qosmanager.framework import Decision
-from koordlet.qosmanager.helpers import SkipLog
+from koordlet.qosmanager.framework import Action, Decider, Decision
 from koordlet.qosmanager.manager import QoSManager
-from koordlet.qosmanager.nodeslo import NodeSLOHolder
-from koordlet.qosmanager.plugins.cgreconcile.strategy import GATE as MEMORY_QOS_GATE
 from koordlet.qosmanager.plugins.cgreconcile.strategy import CgroupReconcile
 from koordlet.qosmanager.plugins.coresched.strategy import CoreSched
 from koordlet.qosmanager.plugins.cpusuppress.strategy import CPUSuppress
 from koordlet.resourceexecutor import CgroupUpdate, Outcome, ResourceExecutor, Result
+from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from koordlet.system.resources import CPU_CFS_QUOTA, CPUSET_CPUS
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.qosmanager.cpuburst.test_strategy import MAIN as BURST_MAIN
@@ -48,31 +47,33 @@ def lines(caplog: pytest.LogCaptureFixture, logger: str) -> list[tuple[str, obje
             for r in caplog.records if r.name == logger]
 
 
-# ------------------------------------------------------------------------------------------ SkipLog
+# ------------------------------------------------------------------------------------------ Decider
 
 
 def test_skip_log_keys_streaks_on_the_reason_not_the_summary(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="test.skiplog")
     clock = FakeClock(0.0)
-    skips = SkipLog("cpusuppress", logging.getLogger("test.skiplog"), clock)
+    skips = Decider("cpusuppress", logging.getLogger("test.skiplog"), clock)
     script = ([("skip", "no_node_sample")] * 10 + [("suppress", None)] * 3 + [("skip", "no_pods")] * 4
               + [("skip", "no_node_sample")] * 5 + [("none", None)])
     for n, (action, reason) in enumerate(script):
-        skips.note(action, f"round {n}: LS usage {n / 10:.2f}", reason)  # a new summary every round
+        decision = skips(Action(action), f"round {n}: LS usage {n / 10:.2f}", reason=reason)  # new summary each round
+        assert (decision.strategy, decision.at, decision.action) == ("cpusuppress", float(n), action)
         clock.advance(1.0)
     assert lines(caplog, "test.skiplog") == [
-        ("cpusuppress skipped", "no_node_sample", None), ("cpusuppress resumed", "no_node_sample", 10),
-        ("cpusuppress skipped", "no_pods", None), ("cpusuppress skipped", "no_node_sample", None),
-        ("cpusuppress resumed", "no_node_sample", 5)]
+        ("QoS strategy skipped a round", "no_node_sample", None), ("QoS strategy resumed", "no_node_sample", 10),
+        ("QoS strategy skipped a round", "no_pods", None), ("QoS strategy skipped a round", "no_node_sample", None),
+        ("QoS strategy resumed", "no_node_sample", 5)]
     first, resumed = caplog.records[0], caplog.records[1]
     assert first.levelno == logging.INFO and first.__dict__["detail"] == "round 0: LS usage 0.00"
+    assert first.__dict__["strategy"] == "cpusuppress"
     assert resumed.__dict__["seconds"] == 10.0 and resumed.__dict__["action"] == "suppress"
 
 
 def test_a_skip_without_a_reason_is_refused() -> None:
-    skips = SkipLog("cpusuppress", logging.getLogger("test.skiplog"), FakeClock(0.0))
+    skips = Decider("cpusuppress", logging.getLogger("test.skiplog"), FakeClock(0.0))
     with pytest.raises(ValueError, match="cpusuppress: a skipped round needs a stable reason"):
-        skips.note("skip", "no pods known yet")
+        skips(Action.SKIP, "no pods known yet")
 
 
 # ------------------------------------------------------------------------------------------ cpusuppress
@@ -121,14 +122,14 @@ def test_cpusuppress_missing_be_cgroup_logs_once_then_its_return_once(
         summaries.add(decision.numbers["suppress_cores"])
         clock.advance(1.0)
     assert len(summaries) == ROUNDS  # every round computed something new, and skipped for the same reason
-    assert lines(caplog, CPUSUPPRESS_LOG) == [("cpusuppress skipped", "be_cpuset_unreadable", None)]
+    assert lines(caplog, CPUSUPPRESS_LOG) == [("QoS strategy skipped a round", "be_cpuset_unreadable", None)]
     make_be_dirs(fake_cgroup_host)
     for _ in range(3):
         put_usage(strategy.options, node_cpu=3.0, pod_cpu={"uid-ls": 1.0, "uid-be": 1.0})
         assert strategy.run_once(suppress_slo()).action == "suppress"
         clock.advance(1.0)
-    assert lines(caplog, CPUSUPPRESS_LOG) == [("cpusuppress skipped", "be_cpuset_unreadable", None),
-                                              ("cpusuppress resumed", "be_cpuset_unreadable", ROUNDS)]
+    assert lines(caplog, CPUSUPPRESS_LOG) == [("QoS strategy skipped a round", "be_cpuset_unreadable", None),
+                                              ("QoS strategy resumed", "be_cpuset_unreadable", ROUNDS)]
     assert caplog.records[-1].__dict__["seconds"] == float(ROUNDS)
 
 
@@ -143,8 +144,8 @@ def test_cpusuppress_without_node_samples_logs_once(fake_cgroup_host: FakeHost, 
         clock.advance(1.0)
     put_usage(strategy.options, node_cpu=3.0, pod_cpu={"uid-ls": 1.0, "uid-be": 1.0})
     assert strategy.run_once(suppress_slo()).action == "suppress"
-    assert lines(caplog, CPUSUPPRESS_LOG) == [("cpusuppress skipped", "no_node_sample", None),
-                                              ("cpusuppress resumed", "no_node_sample", ROUNDS)]
+    assert lines(caplog, CPUSUPPRESS_LOG) == [("QoS strategy skipped a round", "no_node_sample", None),
+                                              ("QoS strategy resumed", "no_node_sample", ROUNDS)]
 
 
 def test_cpusuppress_write_refused_with_a_new_value_every_round_logs_once(
@@ -195,10 +196,12 @@ def test_cpuevict_waiting_for_samples_logs_once(fake_cgroup_host: FakeHost, tmp_
         world.be_series([1.9], [8.0], [2.0])
         world.pod_cpu()
     assert skipped >= 5 and decision.action == "evict", decision.summary
-    evicted = [m for m, _, _ in lines(caplog, logger) if m.startswith("cpuevict: ")]
+    evicted = [r.__dict__["summary"] for r in caplog.records
+               if r.name == logger and r.getMessage() == "QoS strategy evicted pods"]
     assert len(evicted) == 1 and "evicted default/be-b" in evicted[0]
-    assert [line for line in lines(caplog, logger) if not line[0].startswith("cpuevict: ")] == [
-        ("cpuevict skipped", "be_not_enough_samples", None), ("cpuevict resumed", "be_not_enough_samples", skipped)]
+    assert [line for line in lines(caplog, logger) if line[0] != "QoS strategy evicted pods"] == [
+        ("QoS strategy skipped a round", "be_not_enough_samples", None),
+        ("QoS strategy resumed", "be_not_enough_samples", skipped)]
 
 
 def test_memoryevict_failing_evictions_log_once_per_streak(fake_cgroup_host: FakeHost, tmp_path: Path,
@@ -211,20 +214,22 @@ def test_memoryevict_failing_evictions_log_once_per_streak(fake_cgroup_host: Fak
         world.usage(int(12.5 * GIB) + n * (1 << 20))
         assert world.run().action == "failed"
         world.clock.advance(1.0)
-    assert [(m.split(":")[0], reason) for m, reason, _ in lines(caplog, logger)] == [
-        ("memoryevict", "eviction_failed")]
+    assert [(m, reason) for m, reason, _ in lines(caplog, logger)] == [
+        ("QoS strategy evictions failed", "eviction_failed")]
     world.backend.fail = False
     world.usage(int(12.5 * GIB))
     assert world.run().action == "evict"
-    messages = [m for m, _, _ in lines(caplog, logger)]
-    assert len(messages) == 3 and "evicted default/be-mid" in messages[1]
-    assert lines(caplog, logger)[2] == ("memoryevict: evictions no longer failing", "eviction_failed", ROUNDS)
+    records = [r for r in caplog.records if r.name == logger]
+    assert len(records) == 3 and records[1].getMessage() == "QoS strategy evicted pods"
+    assert "evicted default/be-mid" in records[1].__dict__["summary"]
+    assert lines(caplog, logger)[2] == ("QoS strategy evictions no longer failing", "eviction_failed", ROUNDS)
     # The evictor tried each BE pod every round: one line per pod for the streak, one when be-mid's went through.
-    evictor = [(m.split(" (")[0], reason, rounds) for m, reason, rounds in lines(caplog, "koordlet.qosmanager.evictor")]
-    assert evictor == [("eviction of pod default/be-mid", "EvictionFailed", None),
-                       ("eviction of pod default/be-low", "EvictionFailed", None),
-                       ("eviction of pod default/be-big", "EvictionFailed", None),
-                       ("eviction of pod default/be-mid", "EvictionFailed", ROUNDS)]
+    evictor = [(r.getMessage(), r.__dict__["pod"], r.__dict__["reason"], r.__dict__.get("rounds"))
+               for r in caplog.records if r.name == "koordlet.qosmanager.evictor"]
+    assert evictor == [("pod eviction failed", "default/be-mid", "EvictionFailed", None),
+                       ("pod eviction failed", "default/be-low", "EvictionFailed", None),
+                       ("pod eviction failed", "default/be-big", "EvictionFailed", None),
+                       ("pod eviction launched after failing", "default/be-mid", "EvictionFailed", ROUNDS)]
 
 
 # ------------------------------------------------------------------------------------------ cgreconcile
@@ -243,18 +248,18 @@ def test_cgreconcile_missing_kubepods_logs_once(fake_cgroup_host: FakeHost, tmp_
     for _ in range(ROUNDS):
         assert strategy.run_once(spec).action == "skip"
         clock.advance(1.0)
-    assert lines(caplog, logger) == [("cgreconcile skipped", "kubepods_missing", None)]
+    assert lines(caplog, logger) == [("QoS strategy skipped a round", "kubepods_missing", None)]
     fake_cgroup_host.mkdir_cgroup("kubepods/burstable/poduid-ls/ls-main")
     for _ in range(3):
         strategy.run_once(spec)
         clock.advance(1.0)
-    streaks = [line for line in lines(caplog, logger) if line[0].startswith("cgreconcile ")]
+    streaks = [line for line in lines(caplog, logger) if line[0].startswith("QoS strategy ")]
     if fake_cgroup_host.mode == "v2":
-        assert streaks == [("cgreconcile skipped", "kubepods_missing", None),
-                           ("cgreconcile resumed", "kubepods_missing", ROUNDS)]
+        assert streaks == [("QoS strategy skipped a round", "kubepods_missing", None),
+                           ("QoS strategy resumed", "kubepods_missing", ROUNDS)]
     else:  # v1 has no memory QoS files (Anolis only): the skip goes on for another reason, said once
-        assert streaks == [("cgreconcile skipped", "kubepods_missing", None),
-                           ("cgreconcile skipped", "no_memory_qos_file", None)]
+        assert streaks == [("QoS strategy skipped a round", "kubepods_missing", None),
+                           ("QoS strategy skipped a round", "no_memory_qos_file", None)]
 
 
 # ------------------------------------------------------------------------------------------ errors
@@ -318,8 +323,9 @@ def test_manager_logs_a_strategy_failing_every_round_once(fake_host: FakeHost, t
         manager.run_once()
         clock.advance(1.0)
     assert flaky.rounds == ROUNDS + 3
-    assert lines(caplog, logger) == [("QoS strategy flaky failed", "RuntimeError", None),
-                                     ("QoS strategy flaky runs again", "RuntimeError", ROUNDS)]
+    assert lines(caplog, logger) == [("QoS strategy failed", "RuntimeError", None),
+                                     ("QoS strategy runs again", "RuntimeError", ROUNDS)]
+    assert {r.__dict__.get("strategy") for r in caplog.records if r.name == logger} == {"flaky"}
     assert caplog.records[0].levelno == logging.ERROR and caplog.records[0].exc_info is not None
 
 
@@ -334,7 +340,7 @@ def test_cpuburst_write_refused_every_round_logs_once(fake_cgroup_host: FakeHost
         def apply(self, updates: Iterable[CgroupUpdate]) -> list[Result]:
             results = super().apply(updates)
             return [dataclasses.replace(r, outcome=Outcome.FAILED, error=f"Input/output error ({r.update.value})")
-                    if refusing and r.update.resource == "cpu_cfs_burst" and r.update.rel_dir == BURST_MAIN else r
+                    if refusing and r.update.key == "cpu_cfs_burst" and r.update.rel_dir == BURST_MAIN else r
                     for r in results]
 
     w.strategy.options = dataclasses.replace(w.options, executor=Refusing(w.executor.inner))

@@ -12,6 +12,7 @@ import pytest
 from koordlet.errors import ConfigError
 from koordlet.resourceexecutor import AuditEntry, AuditLog, CgroupUpdate, Outcome, ResourceExecutor
 from koordlet.resourceexecutor.audit import AUDIT_FILE
+from koordlet.system import resources as r
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.resourceexecutor.fakes import FakeClock
 
@@ -84,7 +85,7 @@ def test_unwritable_audit_never_blocks_the_cgroup_write(
     fake_cgroup_host.mkdir_cgroup("kubepods")
     executor = ResourceExecutor(fake_cgroup_host.layout(), FakeClock(), audit)
     for quota in (10_000, 20_000, 30_000):
-        (result,) = executor.apply([CgroupUpdate("cpu_cfs_quota", "kubepods", quota, "t")])
+        (result,) = executor.apply([CgroupUpdate(r.CPU_CFS_QUOTA, "kubepods", quota, "t")])
         assert result.outcome is Outcome.WRITTEN
     assert (
         fake_cgroup_host.read_cgroup("kubepods", "cpu.cfs_quota_us" if fake_cgroup_host.mode == "v1" else "cpu.max")
@@ -95,7 +96,7 @@ def test_unwritable_audit_never_blocks_the_cgroup_write(
     # Once the directory can be made, auditing resumes and says so.
     blocker.unlink()
     blocker.mkdir()
-    executor.apply([CgroupUpdate("cpu_cfs_quota", "kubepods", 40_000, "t")])
+    executor.apply([CgroupUpdate(r.CPU_CFS_QUOTA, "kubepods", 40_000, "t")])
     assert [rec["new"] for rec in lines(audit.path)] == ["40000"]
     assert any(rec.getMessage() == "audit log writable again" for rec in caplog.records)
 
@@ -104,8 +105,8 @@ def test_executor_writes_real_audit_lines(fake_cgroup_host: FakeHost, tmp_path: 
     fake_cgroup_host.mkdir_cgroup("kubepods")
     audit = AuditLog(tmp_path / "audit")
     executor = ResourceExecutor(fake_cgroup_host.layout(), FakeClock(), audit)
-    executor.apply([CgroupUpdate("memory_limit", "kubepods", -1, "memoryevict: reset"),
-                    CgroupUpdate("memory_limit", "kubepods/gone", 4096, "t")])  # fmt: skip
+    executor.apply([CgroupUpdate(r.MEMORY_LIMIT, "kubepods", -1, "memoryevict: reset"),
+                    CgroupUpdate(r.MEMORY_LIMIT, "kubepods/gone", 4096, "t")])  # fmt: skip
     written, gone = lines(audit.path)
     assert (written["new"], written["owner"], written["outcome"]) == (
         "-1" if fake_cgroup_host.mode == "v1" else "max",

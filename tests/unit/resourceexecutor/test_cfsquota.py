@@ -7,6 +7,7 @@ from pathlib import Path
 
 from koordlet.resourceexecutor import cfsquota
 from koordlet.resourceexecutor.update import CgroupUpdate
+from koordlet.system import resources as r
 
 
 def group(root: Path, rel: str, quota: int, period: int = 100_000) -> None:
@@ -27,10 +28,10 @@ def test_a_quota_is_capped_to_the_nearest_limited_ancestor(tmp_path: Path) -> No
     group(tmp_path, "be", 30_000)
     group(tmp_path, "be/pod", -1)  # unlimited: inherits be's limit
     group(tmp_path, "be/pod/c", -1, period=50_000)
-    update = CgroupUpdate("cpu_cfs_quota", "be/pod/c", 100_000, "batchresource")
+    update = CgroupUpdate(r.CPU_CFS_QUOTA, "be/pod/c", 100_000, "batchresource")
     fitted = cfsquota.fit_to_parent(update, str(tmp_path / "be/pod/c"), str(tmp_path), read)
     assert fitted.value == 15_000 and "capped" in fitted.owner  # 30% of its 50 ms period
-    assert cfsquota.fit_to_parent(CgroupUpdate("cpu_cfs_quota", "be/pod/c", 10_000, "x"),
+    assert cfsquota.fit_to_parent(CgroupUpdate(r.CPU_CFS_QUOTA, "be/pod/c", 10_000, "x"),
                                   str(tmp_path / "be/pod/c"), str(tmp_path), read).value == 10_000
     assert cfsquota.binding_limit(str(tmp_path / "be/pod"), str(tmp_path), read) == (30_000, 100_000)
     assert cfsquota.binding_limit(str(tmp_path), str(tmp_path), read) is None  # the root is never a limit
@@ -46,8 +47,8 @@ def test_lowering_a_group_caps_its_descendants_deepest_first(tmp_path: Path) -> 
     group(tmp_path, "be/pod-b", -1)
     group(tmp_path, "be/pod-b/c3", 80_000)
     (tmp_path / "be/not-a-group").mkdir()  # no quota file: skipped
-    update = CgroupUpdate("cpu_cfs_quota", "be", 27_400, "cpusuppress")
+    update = CgroupUpdate(r.CPU_CFS_QUOTA, "be", 27_400, "cpusuppress")
     caps = cfsquota.descendants_above(update, str(tmp_path / "be"), read)
     assert [(c.rel_dir, c.value) for c in caps] == [
         ("be/pod-a/c1", 27_400), ("be/pod-a", 27_400), ("be/pod-b/c3", 27_400)]
-    assert cfsquota.descendants_above(CgroupUpdate("cpu_cfs_quota", "be", -1, "x"), str(tmp_path / "be"), read) == []
+    assert cfsquota.descendants_above(CgroupUpdate(r.CPU_CFS_QUOTA, "be", -1, "x"), str(tmp_path / "be"), read) == []

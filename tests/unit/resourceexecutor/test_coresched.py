@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from koordlet.errors import from_errno
-from koordlet.resourceexecutor.coresched import CallOutcome, CoreSchedExecutor, CoreSchedScope
+from koordlet.resourceexecutor.coresched import CoreSchedExecutor, CoreSchedScope
+from koordlet.resourceexecutor.update import Outcome
 from tests.unit.resourceexecutor.fakes import FakeClock, MemoryAudit
 
 LOGGER = "koordlet.resourceexecutor.coresched"
@@ -80,7 +81,7 @@ def test_assign_group_follows_koordinators_add_cookie_sequence() -> None:
         ("share_to", 101, TG),
         ("share_to", 102, TG),
     ]
-    assert result.ok and result.outcome is CallOutcome.DONE
+    assert result.ok and result.outcome is Outcome.DONE
     assert (result.cookie, result.applied, result.gone) == (0x1000, (100, 101, 102), ())
     assert native.cookies == {100: 0x1000, 101: 0x1000, 102: 0x1000}
     # share_from/share_to ran on one relay thread, not on the caller's: the caller keeps cookie 0.
@@ -131,7 +132,7 @@ def test_a_leader_that_exited_stops_the_sequence() -> None:
     native = FakeNative(fail={("get", 100): errno.ESRCH})
     executor, native, _, audit = make(native)
     result = executor.assign_group(100, [101], "t")
-    assert result.outcome is CallOutcome.GONE
+    assert result.outcome is Outcome.GONE
     assert native.calls == [("get", 100, T)]
     assert audit.entries == []
 
@@ -140,7 +141,7 @@ def test_a_source_that_exited_before_share_from_assigns_nothing() -> None:
     native = FakeNative(fail={("share_from", 100): errno.ESRCH})
     executor, native, _, _ = make(native)
     result = executor.assign(100, [101], "t")
-    assert (result.outcome, result.applied) == (CallOutcome.GONE, ())
+    assert (result.outcome, result.applied) == (Outcome.GONE, ())
     assert native.calls == [("share_from", 100, T)]
 
 
@@ -158,16 +159,16 @@ def test_an_unsupported_kernel_is_remembered_and_logged_once(
     executor, native, clock, _ = make(FakeNative(fail={"create": code}))
     first = executor.create(100, TG, "t")
     assert native.calls == [("create", 100, TG)]
-    assert first.outcome is CallOutcome.UNSUPPORTED
+    assert first.outcome is Outcome.UNSUPPORTED
     assert first.error is not None and fragment in first.error
     reason = executor.unsupported_reason
     assert reason == first.error
     calls = len(native.calls)
     # No syscall every tick: every call answers from memory until the retry time.
     for _ in range(3):
-        assert executor.assign_group(100, [101], "t").outcome is CallOutcome.UNSUPPORTED
-        assert executor.get(100).outcome is CallOutcome.UNSUPPORTED
-        assert executor.clear([101], "t").outcome is CallOutcome.UNSUPPORTED
+        assert executor.assign_group(100, [101], "t").outcome is Outcome.UNSUPPORTED
+        assert executor.get(100).outcome is Outcome.UNSUPPORTED
+        assert executor.clear([101], "t").outcome is Outcome.UNSUPPORTED
         assert executor.share_to(101, TG, "t").error == reason
     assert len(native.calls) == calls
     assert len(warnings(caplog)) == 1
@@ -181,7 +182,7 @@ def test_unsupported_on_the_first_call_stops_assign_group() -> None:
     native = FakeNative(fail={"get": errno.EINVAL})
     executor, native, _, audit = make(native)
     result = executor.assign_group(100, [101], "t")
-    assert result.outcome is CallOutcome.UNSUPPORTED
+    assert result.outcome is Outcome.UNSUPPORTED
     assert result.error is not None and "kernel built without CONFIG_SCHED_CORE" in result.error
     assert native.calls == [("get", 100, T)]
     assert audit.entries == []
@@ -191,21 +192,21 @@ def test_other_errors_fail_without_being_remembered() -> None:
     native = FakeNative(fail={("share_to", 101): errno.EPERM})
     executor, native, _, _ = make(native)
     result = executor.assign_group(100, [101, 102], "t")
-    assert result.outcome is CallOutcome.DONE and not result.ok
+    assert result.outcome is Outcome.DONE and not result.ok
     assert result.applied == (100, 102)
     assert [pid for pid, _ in result.failed] == [101]
     assert result.error is not None and "share_to pid 101" in result.error
     assert executor.unsupported_reason is None
-    assert executor.share_to(101, TG, "t").outcome is CallOutcome.FAILED
+    assert executor.share_to(101, TG, "t").outcome is Outcome.FAILED
     assert native.calls.count(("share_to", 101, TG)) == 2
 
 
 @pytest.mark.parametrize("pid", [0, -5, True])
 def test_pids_that_would_touch_koordlet_itself_are_refused(pid: int) -> None:
     executor, native, _, _ = make()
-    assert executor.create(pid, TG, "t").outcome is CallOutcome.INVALID
-    assert executor.get(pid).outcome is CallOutcome.INVALID
-    assert executor.assign_group(pid, [5], "t").outcome is CallOutcome.INVALID
+    assert executor.create(pid, TG, "t").outcome is Outcome.INVALID
+    assert executor.get(pid).outcome is Outcome.INVALID
+    assert executor.assign_group(pid, [5], "t").outcome is Outcome.INVALID
     assert native.calls == []
 
 
@@ -235,4 +236,4 @@ def test_this_host_answers_without_raising() -> None:
         assert result.ok
     else:
         assert "PR_SCHED_CORE" in reason
-        assert result.outcome is CallOutcome.UNSUPPORTED
+        assert result.outcome is Outcome.UNSUPPORTED

@@ -3,6 +3,7 @@ classes (EINVAL backoff, gone cgroups, permission errors), metrics, audit and lo
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import shutil
@@ -40,7 +41,7 @@ def make(
     return executor, clock, writer, audit
 
 
-def upd(resource: str, value: object, rel_dir: str = BE, owner: str = "test") -> CgroupUpdate:
+def upd(resource: CgroupFile, value: object, rel_dir: str = BE, owner: str = "test") -> CgroupUpdate:
     return CgroupUpdate(resource, rel_dir, value, owner)
 
 
@@ -74,7 +75,7 @@ def test_writes_the_text_of_the_hosts_version(
 ) -> None:
     fake_cgroup_host.mkdir_cgroup(BE)
     executor, _, writer, _ = make(fake_cgroup_host)
-    (result,) = executor.apply([upd(resource.key, value)])
+    (result,) = executor.apply([upd(resource, value)])
     expected = v1_text if fake_cgroup_host.mode == "v1" else v2_text
     assert result.outcome is Outcome.WRITTEN, result.error
     assert result.ok
@@ -87,7 +88,7 @@ def test_v2_file_names(fake_host: FakeHost) -> None:
     fake_host.set_mode("v2")
     fake_host.mkdir_cgroup(BE)
     executor, _, writer, _ = make(fake_host)
-    executor.apply([upd("cpu_shares", 1024), upd("cpu_cfs_quota", -1), upd("memory_limit", 4096)])
+    executor.apply([upd(r.CPU_SHARES, 1024), upd(r.CPU_CFS_QUOTA, -1), upd(r.MEMORY_LIMIT, 4096)])
     assert [Path(p).name for p, _ in writer.writes] == ["cpu.weight", "cpu.max", "memory.max"]
 
 
@@ -114,7 +115,7 @@ def test_invalid_value_is_rejected_before_any_write(
     path = fake_cgroup_host.cgroup_path(BE, descriptor)
     before = path.read_text()
     executor, _, writer, audit = make(fake_cgroup_host)
-    (result,) = executor.apply([upd(resource, value)])
+    (result,) = executor.apply([upd(descriptor, value)])
     assert result.outcome is Outcome.INVALID
     assert not result.ok
     assert result.error is not None
@@ -131,9 +132,9 @@ def test_invalid_value_is_rejected_before_any_write(
 def test_invalid_update_does_not_stop_the_rest_of_the_batch(fake_cgroup_host: FakeHost) -> None:
     fake_cgroup_host.mkdir_cgroup(BE)
     executor, *_ = make(fake_cgroup_host)
-    results = executor.apply([upd("cpu_shares", 1), upd("cpu_cfs_quota", 20_000), upd("cpuset_cpus", "9-1")])
+    results = executor.apply([upd(r.CPU_SHARES, 1), upd(r.CPU_CFS_QUOTA, 20_000), upd(r.CPUSET_CPUS, "9-1")])
     assert [res.outcome for res in results] == [Outcome.INVALID, Outcome.WRITTEN, Outcome.INVALID]
-    assert [res.update.resource for res in results] == ["cpu_shares", "cpu_cfs_quota", "cpuset_cpus"]
+    assert [res.update.key for res in results] == ["cpu_shares", "cpu_cfs_quota", "cpuset_cpus"]
     assert content(fake_cgroup_host, r.CPU_CFS_QUOTA) == "20000"
 
 
@@ -141,7 +142,7 @@ def test_cpu_max_period_alone_is_invalid_on_v2(fake_host: FakeHost) -> None:
     fake_host.set_mode("v2")
     fake_host.mkdir_cgroup(BE)
     executor, _, writer, _ = make(fake_host)
-    (result,) = executor.apply([upd("cpu_cfs_period", 100_000)])
+    (result,) = executor.apply([upd(r.CPU_CFS_PERIOD, 100_000)])
     assert result.outcome is Outcome.INVALID
     assert result.error is not None and "cpu.max" in result.error
     assert writer.attempts == []
@@ -149,7 +150,7 @@ def test_cpu_max_period_alone_is_invalid_on_v2(fake_host: FakeHost) -> None:
 
 def test_rel_dir_leaving_the_hierarchy_is_invalid(fake_cgroup_host: FakeHost) -> None:
     executor, _, writer, _ = make(fake_cgroup_host)
-    (result,) = executor.apply([upd("cpu_shares", 1024, rel_dir="kubepods/../../etc")])
+    (result,) = executor.apply([upd(r.CPU_SHARES, 1024, rel_dir="kubepods/../../etc")])
     assert result.outcome is Outcome.INVALID
     assert result.error is not None and ".." in result.error
     assert writer.attempts == []
@@ -158,7 +159,7 @@ def test_rel_dir_leaving_the_hierarchy_is_invalid(fake_cgroup_host: FakeHost) ->
 def test_resource_without_a_file_in_this_version_is_unsupported(fake_cgroup_host: FakeHost) -> None:
     fake_cgroup_host.mkdir_cgroup(BE)
     executor, _, writer, _ = make(fake_cgroup_host)
-    (result,) = executor.apply([upd("net_cls_classid", 0x10001)])
+    (result,) = executor.apply([upd(r.NET_CLS_CLASSID, 0x10001)])
     if fake_cgroup_host.mode == "v1":
         assert result.outcome is Outcome.WRITTEN
         assert fake_cgroup_host.read_cgroup(BE, "net_cls.classid") == "65537"
@@ -169,10 +170,10 @@ def test_resource_without_a_file_in_this_version_is_unsupported(fake_cgroup_host
 
 
 def test_update_needs_a_known_resource_and_an_owner() -> None:
-    with pytest.raises(ConfigError, match=r"unknown cgroup resource 'cpu\.shares'"):
-        CgroupUpdate("cpu.shares", BE, 1024, "test")
+    with pytest.raises(ConfigError, match=r"unknown cgroup resource 'cpu_shares': not a descriptor"):
+        CgroupUpdate("cpu_shares", BE, 1024, "test")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="needs an owner"):
-        CgroupUpdate("cpu_shares", BE, 1024, "")
+        CgroupUpdate(r.CPU_SHARES, BE, 1024, "")
 
 
 @pytest.mark.parametrize("field", ["force_update_seconds", "unsupported_retry_seconds"])
@@ -188,48 +189,48 @@ def test_unchanged_value_is_skipped_until_the_forced_rewrite(fake_cgroup_host: F
     fake_cgroup_host.mkdir_cgroup(BE)
     executor, clock, writer, audit = make(fake_cgroup_host, force_update_seconds=60)
     path = str(fake_cgroup_host.cgroup_path(BE, r.CPU_CFS_QUOTA))
-    assert executor.apply([upd("cpu_cfs_quota", 30_000)])[0].outcome is Outcome.WRITTEN
+    assert executor.apply([upd(r.CPU_CFS_QUOTA, 30_000)])[0].outcome is Outcome.WRITTEN
     # Someone else changes the file; the cache does not notice until the forced rewrite.
     fake_cgroup_host.write_cgroup(BE, r.CPU_CFS_QUOTA, "-1")
     clock.advance(59.9)
-    (again,) = executor.apply([upd("cpu_cfs_quota", 30_000)])
+    (again,) = executor.apply([upd(r.CPU_CFS_QUOTA, 30_000)])
     assert again.outcome is Outcome.SKIPPED_UNCHANGED
     assert again.ok
     assert writer.calls_to(path) == 1
     assert len(audit.entries) == 1
     clock.advance(0.1)
-    assert executor.apply([upd("cpu_cfs_quota", 30_000)])[0].outcome is Outcome.WRITTEN
+    assert executor.apply([upd(r.CPU_CFS_QUOTA, 30_000)])[0].outcome is Outcome.WRITTEN
     assert writer.calls_to(path) == 2
     assert content(fake_cgroup_host, r.CPU_CFS_QUOTA) == "30000"
     # The forced rewrite restarted the period.
     clock.advance(30)
-    assert executor.apply([upd("cpu_cfs_quota", 30_000)])[0].outcome is Outcome.SKIPPED_UNCHANGED
+    assert executor.apply([upd(r.CPU_CFS_QUOTA, 30_000)])[0].outcome is Outcome.SKIPPED_UNCHANGED
 
 
 def test_changed_value_is_written_at_once(fake_cgroup_host: FakeHost) -> None:
     fake_cgroup_host.mkdir_cgroup(BE)
     executor, clock, writer, _ = make(fake_cgroup_host)
-    executor.apply([upd("cpu_shares", 1024)])
+    executor.apply([upd(r.CPU_SHARES, 1024)])
     clock.advance(1)
-    assert executor.apply([upd("cpu_shares", 2048)])[0].outcome is Outcome.WRITTEN
-    assert executor.apply([upd("cpu_shares", 1024)])[0].outcome is Outcome.WRITTEN
+    assert executor.apply([upd(r.CPU_SHARES, 2048)])[0].outcome is Outcome.WRITTEN
+    assert executor.apply([upd(r.CPU_SHARES, 1024)])[0].outcome is Outcome.WRITTEN
     assert len(writer.writes) == 3
 
 
 def test_equal_values_of_different_spelling_share_the_cache(fake_cgroup_host: FakeHost) -> None:
     fake_cgroup_host.mkdir_cgroup(BE)
     executor, _, writer, _ = make(fake_cgroup_host)
-    executor.apply([upd("cpuset_cpus", "0,1,2")])
-    assert executor.apply([upd("cpuset_cpus", [0, 1, 2])])[0].outcome is Outcome.SKIPPED_UNCHANGED
-    assert executor.apply([upd("cpu_cfs_quota", "max")])[0].outcome is Outcome.WRITTEN
-    assert executor.apply([upd("cpu_cfs_quota", -1)])[0].outcome is Outcome.SKIPPED_UNCHANGED
+    executor.apply([upd(r.CPUSET_CPUS, "0,1,2")])
+    assert executor.apply([upd(r.CPUSET_CPUS, [0, 1, 2])])[0].outcome is Outcome.SKIPPED_UNCHANGED
+    assert executor.apply([upd(r.CPU_CFS_QUOTA, "max")])[0].outcome is Outcome.WRITTEN
+    assert executor.apply([upd(r.CPU_CFS_QUOTA, -1)])[0].outcome is Outcome.SKIPPED_UNCHANGED
     assert len(writer.writes) == 2
 
 
 def test_forget_makes_the_next_apply_write(fake_cgroup_host: FakeHost) -> None:
     fake_cgroup_host.mkdir_cgroup(BE + "/pod1")
     executor, _, writer, _ = make(fake_cgroup_host)
-    batch = [upd("cpu_shares", 512), upd("cpu_shares", 256, rel_dir=BE + "/pod1")]
+    batch = [upd(r.CPU_SHARES, 512), upd(r.CPU_SHARES, 256, rel_dir=BE + "/pod1")]
     executor.apply(batch)
     executor.forget(
         str(fake_cgroup_host.cgroup_path(BE + "/pod1", "cpu.shares" if fake_cgroup_host.mode == "v1" else "cpu.weight"))
@@ -250,24 +251,24 @@ def test_einval_marks_the_value_unsupported_and_is_not_retried(
     executor, clock, writer, audit = make(fake_cgroup_host, force_update_seconds=60, unsupported_retry_seconds=600)
     path = str(fake_cgroup_host.cgroup_path(BE, r.CPU_CFS_BURST))
     writer.fail[path] = errno.EINVAL
-    (first,) = executor.apply([upd("cpu_cfs_burst", 50_000)])
+    (first,) = executor.apply([upd(r.CPU_CFS_BURST, 50_000)])
     assert first.outcome is Outcome.UNSUPPORTED
     assert first.error is not None and "Invalid argument" in first.error and path in first.error
     for _ in range(5):  # every tick of a strategy, and past the forced-rewrite period
         clock.advance(60)
-        (again,) = executor.apply([upd("cpu_cfs_burst", 50_000)])
+        (again,) = executor.apply([upd(r.CPU_CFS_BURST, 50_000)])
         assert again.outcome is Outcome.UNSUPPORTED
         assert again.error is not None and "not retried" in again.error
     assert writer.calls_to(path) == 1
     assert len(audit.entries) == 1
     assert len(warnings(caplog)) == 1
     # A new value is worth one try...
-    assert executor.apply([upd("cpu_cfs_burst", 10_000)])[0].outcome is Outcome.UNSUPPORTED
+    assert executor.apply([upd(r.CPU_CFS_BURST, 10_000)])[0].outcome is Outcome.UNSUPPORTED
     assert writer.calls_to(path) == 2
     # ...and the backoff ends after unsupported_retry_seconds.
     clock.advance(600)
     del writer.fail[path]
-    assert executor.apply([upd("cpu_cfs_burst", 10_000)])[0].outcome is Outcome.WRITTEN
+    assert executor.apply([upd(r.CPU_CFS_BURST, 10_000)])[0].outcome is Outcome.WRITTEN
     assert writer.calls_to(path) == 3
     assert content(fake_cgroup_host, r.CPU_CFS_BURST) == "10000"
 
@@ -276,7 +277,7 @@ def test_einval_elsewhere_does_not_block_other_files(fake_cgroup_host: FakeHost)
     fake_cgroup_host.mkdir_cgroup(BE + "/pod1")
     executor, _, writer, _ = make(fake_cgroup_host)
     writer.fail[str(fake_cgroup_host.cgroup_path(BE, r.CPU_CFS_QUOTA))] = errno.EINVAL
-    results = executor.apply([upd("cpu_cfs_quota", 10_000), upd("cpu_cfs_quota", 10_000, rel_dir=BE + "/pod1")])
+    results = executor.apply([upd(r.CPU_CFS_QUOTA, 10_000), upd(r.CPU_CFS_QUOTA, 10_000, rel_dir=BE + "/pod1")])
     assert [res.outcome for res in results] == [Outcome.UNSUPPORTED, Outcome.WRITTEN]
 
 
@@ -285,11 +286,11 @@ def test_missing_file_is_unsupported_for_any_value(fake_cgroup_host: FakeHost) -
     fake_cgroup_host.remove_cgroup_file(BE, r.CPU_CFS_BURST)  # a kernel older than 5.14
     executor, clock, writer, _ = make(fake_cgroup_host)
     path = str(fake_cgroup_host.cgroup_path(BE, r.CPU_CFS_BURST))
-    (first,) = executor.apply([upd("cpu_cfs_burst", 1000)])
+    (first,) = executor.apply([upd(r.CPU_CFS_BURST, 1000)])
     assert first.outcome is Outcome.UNSUPPORTED
     assert first.error is not None and "kernel lacks it" in first.error
     clock.advance(120)
-    assert executor.apply([upd("cpu_cfs_burst", 2000)])[0].outcome is Outcome.UNSUPPORTED
+    assert executor.apply([upd(r.CPU_CFS_BURST, 2000)])[0].outcome is Outcome.UNSUPPORTED
     assert writer.calls_to(path) == 1
     assert not Path(path).exists()  # never created
 
@@ -297,14 +298,14 @@ def test_missing_file_is_unsupported_for_any_value(fake_cgroup_host: FakeHost) -
 def test_memory_min_is_unsupported_on_plain_v1(fake_host: FakeHost) -> None:
     fake_host.mkdir_cgroup(BE)
     executor, *_ = make(fake_host)
-    (result,) = executor.apply([upd("memory_min", 1 << 20)])
+    (result,) = executor.apply([upd(r.MEMORY_MIN, 1 << 20)])
     assert result.outcome is Outcome.UNSUPPORTED
 
 
 def test_missing_cgroup_is_gone_without_warnings(fake_cgroup_host: FakeHost, caplog: pytest.LogCaptureFixture) -> None:
     fake_cgroup_host.mkdir_cgroup(BE)
     executor, _, _, audit = make(fake_cgroup_host)
-    (result,) = executor.apply([upd("cpu_shares", 512, rel_dir=BE + "/pod-deleted")])
+    (result,) = executor.apply([upd(r.CPU_SHARES, 512, rel_dir=BE + "/pod-deleted")])
     assert result.outcome is Outcome.GONE
     assert result.error is not None and "No such file" in result.error
     assert warnings(caplog) == []
@@ -315,13 +316,13 @@ def test_cgroup_removed_after_a_write_is_gone_and_forgotten(fake_cgroup_host: Fa
     pod = BE + "/pod1"
     fake_cgroup_host.mkdir_cgroup(pod)
     executor, _, writer, _ = make(fake_cgroup_host)
-    assert executor.apply([upd("cpu_shares", 512, rel_dir=pod)])[0].outcome is Outcome.WRITTEN
+    assert executor.apply([upd(r.CPU_SHARES, 512, rel_dir=pod)])[0].outcome is Outcome.WRITTEN
     path = fake_cgroup_host.cgroup_path(pod, r.CPU_SHARES)
     shutil.rmtree(path.parent)
-    assert executor.apply([upd("cpu_shares", 256, rel_dir=pod)])[0].outcome is Outcome.GONE
+    assert executor.apply([upd(r.CPU_SHARES, 256, rel_dir=pod)])[0].outcome is Outcome.GONE
     # Same name re-created (a restarted pod): the old cache entry must not skip the write.
     fake_cgroup_host.mkdir_cgroup(pod)
-    assert executor.apply([upd("cpu_shares", 512, rel_dir=pod)])[0].outcome is Outcome.WRITTEN
+    assert executor.apply([upd(r.CPU_SHARES, 512, rel_dir=pod)])[0].outcome is Outcome.WRITTEN
     assert writer.calls_to(str(path)) == 3
 
 
@@ -331,8 +332,8 @@ def test_enodev_and_esrch_are_gone(fake_cgroup_host: FakeHost, code: int) -> Non
     executor, _, writer, _ = make(fake_cgroup_host)
     path = str(fake_cgroup_host.cgroup_path(BE, r.CPU_SHARES))
     writer.fail[path] = code
-    assert executor.apply([upd("cpu_shares", 512)])[0].outcome is Outcome.GONE
-    assert executor.apply([upd("cpu_shares", 512)])[0].outcome is Outcome.GONE
+    assert executor.apply([upd(r.CPU_SHARES, 512)])[0].outcome is Outcome.GONE
+    assert executor.apply([upd(r.CPU_SHARES, 512)])[0].outcome is Outcome.GONE
     assert writer.calls_to(path) == 2  # not marked: a new cgroup of that name must be written
 
 
@@ -346,14 +347,14 @@ def test_permission_error_fails_and_is_logged_once(
     path = str(fake_cgroup_host.cgroup_path(BE, r.CPU_SHARES))
     writer.fail[path] = code
     for _ in range(3):
-        (result,) = executor.apply([upd("cpu_shares", 512)])
+        (result,) = executor.apply([upd(r.CPU_SHARES, 512)])
         assert result.outcome is Outcome.FAILED
         clock.advance(1)
     assert result.error is not None and path in result.error
     assert writer.calls_to(path) == 3
     assert len(warnings(caplog)) == 1
     del writer.fail[path]
-    assert executor.apply([upd("cpu_shares", 512)])[0].outcome is Outcome.WRITTEN
+    assert executor.apply([upd(r.CPU_SHARES, 512)])[0].outcome is Outcome.WRITTEN
     assert any(rec.getMessage() == "cgroup write succeeds again" for rec in caplog.records)
 
 
@@ -361,8 +362,8 @@ def test_audit_records_attempted_writes_with_old_and_new_values(fake_cgroup_host
     fake_cgroup_host.mkdir_cgroup(BE)
     executor, _, writer, audit = make(fake_cgroup_host)
     writer.fail[str(fake_cgroup_host.cgroup_path(BE, r.MEMORY_LIMIT))] = errno.EBUSY
-    executor.apply([upd("cpu_cfs_quota", 40_000, owner="cpusuppress: be quota"), upd("memory_limit", 4096)])
-    executor.apply([upd("cpu_cfs_quota", 40_000)])  # skipped: not audited
+    executor.apply([upd(r.CPU_CFS_QUOTA, 40_000, owner="cpusuppress: be quota"), upd(r.MEMORY_LIMIT, 4096)])
+    executor.apply([upd(r.CPU_CFS_QUOTA, 40_000)])  # skipped: not audited
     unlimited = "-1" if fake_cgroup_host.mode == "v1" else "max 100000"
     quota, limit = audit.entries
     assert (quota.old, quota.new, quota.owner, quota.outcome, quota.error) == (
@@ -386,8 +387,8 @@ def test_metrics_observe_each_write(fake_cgroup_host: FakeHost) -> None:
         fake_cgroup_host.layout(), clock, None, ResourceExecutorMetrics(registry), writer=writer
     )
     writer.fail[str(fake_cgroup_host.cgroup_path(BE, r.MEMORY_LIMIT))] = errno.EBUSY
-    executor.apply([upd("cpu_shares", 512), upd("cpu_shares", 1, rel_dir=BE), upd("memory_limit", 4096)])
-    executor.apply([upd("cpu_shares", 512)])  # skipped: no write, no observation
+    executor.apply([upd(r.CPU_SHARES, 512), upd(r.CPU_SHARES, 1, rel_dir=BE), upd(r.MEMORY_LIMIT, 4096)])
+    executor.apply([upd(r.CPU_SHARES, 512)])  # skipped: no write, no observation
 
     def count(kind: str, status: str) -> float | None:
         return registry.get_sample_value(RESOURCE_UPDATE_DURATION + "_count", {"type": kind, "status": status})
@@ -433,10 +434,10 @@ def test_a_slow_write_holds_no_other_file(fake_cgroup_host: FakeHost) -> None:
     fake_cgroup_host.mkdir_cgroup(BE)
     writer = GatedWriter("4096")
     executor = ResourceExecutor(fake_cgroup_host.layout(), FakeClock(), None, writer=writer)
-    slow = in_thread(executor, upd("memory_limit", 4096))
+    slow = in_thread(executor, upd(r.MEMORY_LIMIT, 4096))
     try:
         assert writer.entered.wait(10)
-        fast = in_thread(executor, upd("cpu_shares", 512))
+        fast = in_thread(executor, upd(r.CPU_SHARES, 512))
         fast.join(10)
         assert not fast.is_alive()  # done while the memory write is still blocked
         assert executor.last_written(str(fake_cgroup_host.cgroup_path(BE, r.CPU_SHARES))) is not None
@@ -451,10 +452,10 @@ def test_writes_to_one_file_keep_their_order_and_cache(fake_cgroup_host: FakeHos
     fake_cgroup_host.mkdir_cgroup(BE)
     writer = GatedWriter("4096")
     executor = ResourceExecutor(fake_cgroup_host.layout(), FakeClock(), None, writer=writer)
-    first = in_thread(executor, upd("memory_limit", 4096))
+    first = in_thread(executor, upd(r.MEMORY_LIMIT, 4096))
     try:
         assert writer.entered.wait(10)
-        second = in_thread(executor, upd("memory_limit", 8192))
+        second = in_thread(executor, upd(r.MEMORY_LIMIT, 8192))
         second.join(timeout=0.2)
         assert second.is_alive()  # waits for the same file's write, does not overtake it
     finally:
@@ -466,8 +467,8 @@ def test_writes_to_one_file_keep_their_order_and_cache(fake_cgroup_host: FakeHos
     assert [text for _, text in writer.writes] == ["4096", "8192"]
     assert content(fake_cgroup_host, r.MEMORY_LIMIT) == "8192"
     # The cache followed the file: the value now in it is skipped, the older one written again.
-    assert executor.apply([upd("memory_limit", 8192)])[0].outcome is Outcome.SKIPPED_UNCHANGED
-    assert executor.apply([upd("memory_limit", 4096)])[0].outcome is Outcome.WRITTEN
+    assert executor.apply([upd(r.MEMORY_LIMIT, 8192)])[0].outcome is Outcome.SKIPPED_UNCHANGED
+    assert executor.apply([upd(r.MEMORY_LIMIT, 4096)])[0].outcome is Outcome.WRITTEN
 
 
 def test_leveled_batches_are_serialised(fake_cgroup_host: FakeHost) -> None:
@@ -476,11 +477,11 @@ def test_leveled_batches_are_serialised(fake_cgroup_host: FakeHost) -> None:
     fake_cgroup_host.mkdir_cgroup("kubepods/burstable")
     writer = GatedWriter("0-1")
     executor = ResourceExecutor(fake_cgroup_host.layout(), FakeClock(), None, writer=writer)
-    first = in_thread(executor, upd("cpuset_cpus", "0-1"))
+    first = in_thread(executor, upd(r.CPUSET_CPUS, "0-1"))
     try:
         assert writer.entered.wait(10)
-        second = in_thread(executor, upd("cpuset_cpus", "2-3", rel_dir="kubepods/burstable"))
-        other = in_thread(executor, upd("cpu_shares", 512))
+        second = in_thread(executor, upd(r.CPUSET_CPUS, "2-3", rel_dir="kubepods/burstable"))
+        other = in_thread(executor, upd(r.CPU_SHARES, 512))
         other.join(10)
         assert not other.is_alive()  # not leveled: does not wait for the tree
         second.join(timeout=0.2)
@@ -490,3 +491,35 @@ def test_leveled_batches_are_serialised(fake_cgroup_host: FakeHost) -> None:
         first.join(10)
         second.join(10)
     assert [text for _, text in writer.writes if text in ("0-1", "2-3")] == ["0-1", "2-3"]
+
+
+def test_update_takes_only_registered_descriptors() -> None:
+    update = CgroupUpdate(r.CPU_SHARES, BE, 1024, "test")
+    assert update.resource is r.CPU_SHARES and update.key == "cpu_shares"
+    stranger = dataclasses.replace(r.CPU_SHARES, key="cpu_shares_copy")
+    with pytest.raises(ConfigError, match=r"unknown cgroup resource 'cpu_shares_copy'"):
+        CgroupUpdate(stranger, BE, 1024, "test")
+
+
+def test_each_device_line_of_a_per_device_file_is_remembered_on_its_own(fake_cgroup_host: FakeHost) -> None:
+    fake_cgroup_host.mkdir_cgroup(BE)
+    executor, clock, writer, _ = make(fake_cgroup_host)
+    disks = [upd(r.BLKIO_READ_BPS, (8, 0, 100)), upd(r.BLKIO_READ_BPS, (8, 16, 200))]
+    assert [res.outcome for res in executor.apply(disks)] == [Outcome.WRITTEN] * 2
+    # Two disks' lines in one file: neither is rewritten while unchanged.
+    assert [res.outcome for res in executor.apply(disks)] == [Outcome.SKIPPED_UNCHANGED] * 2
+    changed = executor.apply([upd(r.BLKIO_READ_BPS, (8, 0, 300)), disks[1]])
+    assert [res.outcome for res in changed] == [Outcome.WRITTEN, Outcome.SKIPPED_UNCHANGED]
+    path = changed[0].path
+    assert path is not None and len(writer.writes) == 3
+    v2 = fake_cgroup_host.mode != "v1"
+    assert executor.last_written(path) == ("8:0 rbps=300\n8:16 rbps=200" if v2 else "8:0 300\n8:16 200")
+    executor.forget(f"{path}/8:16")  # one disk's lines only
+    assert [res.outcome for res in executor.apply(disks)] == [Outcome.WRITTEN, Outcome.WRITTEN]
+    assert [res.outcome for res in executor.apply(disks)] == [Outcome.SKIPPED_UNCHANGED] * 2
+    executor.forget(f"{path}/8:16")
+    assert [res.outcome for res in executor.apply(disks)] == [Outcome.SKIPPED_UNCHANGED, Outcome.WRITTEN]
+    executor.forget(path)
+    assert [res.outcome for res in executor.apply(disks)] == [Outcome.WRITTEN] * 2
+    clock.advance(60)
+    assert [res.outcome for res in executor.apply(disks)] == [Outcome.WRITTEN] * 2

@@ -54,7 +54,7 @@ def test_grow_writes_parents_first(fake_cgroup_host: FakeHost) -> None:
     paths = setup_cpusets(fake_cgroup_host, {QOS: "0", POD: "0", CTR: "0"})
     executor, writer = make(fake_cgroup_host, list(paths.values()))
     # Batch order deliberately children first.
-    batch = [CgroupUpdate("cpuset_cpus", rel, "0-3", "cpusuppress") for rel in (CTR, POD, QOS)]
+    batch = [CgroupUpdate(r.CPUSET_CPUS, rel, "0-3", "cpusuppress") for rel in (CTR, POD, QOS)]
     results = executor.apply(batch)
     assert [res.outcome for res in results] == [Outcome.WRITTEN] * 3
     assert writer.writes == [(paths[QOS], "0-3"), (paths[POD], "0-3"), (paths[CTR], "0-3")]
@@ -64,7 +64,7 @@ def test_grow_writes_parents_first(fake_cgroup_host: FakeHost) -> None:
 def test_shrink_writes_children_first(fake_cgroup_host: FakeHost) -> None:
     paths = setup_cpusets(fake_cgroup_host, {QOS: "0-3", POD: "0-3", CTR: "0-3"})
     executor, writer = make(fake_cgroup_host, list(paths.values()))
-    batch = [CgroupUpdate("cpuset_cpus", rel, "2-3", "cpusuppress") for rel in (QOS, POD, CTR)]
+    batch = [CgroupUpdate(r.CPUSET_CPUS, rel, "2-3", "cpusuppress") for rel in (QOS, POD, CTR)]
     assert [res.outcome for res in executor.apply(batch)] == [Outcome.WRITTEN] * 3
     assert writer.writes == [(paths[CTR], "2-3"), (paths[POD], "2-3"), (paths[QOS], "2-3")]
     assert_nested(writer.snapshots, paths)
@@ -73,7 +73,7 @@ def test_shrink_writes_children_first(fake_cgroup_host: FakeHost) -> None:
 def test_move_widens_parent_to_the_union_then_narrows(fake_cgroup_host: FakeHost) -> None:
     paths = setup_cpusets(fake_cgroup_host, {QOS: "0-1", POD: "0-1"})
     executor, writer = make(fake_cgroup_host, list(paths.values()))
-    batch = [CgroupUpdate("cpuset_cpus", QOS, "2-3", "t"), CgroupUpdate("cpuset_cpus", POD, "2-3", "t")]
+    batch = [CgroupUpdate(r.CPUSET_CPUS, QOS, "2-3", "t"), CgroupUpdate(r.CPUSET_CPUS, POD, "2-3", "t")]
     assert [res.outcome for res in executor.apply(batch)] == [Outcome.WRITTEN] * 2
     assert writer.writes == [(paths[QOS], "0-3"), (paths[POD], "2-3"), (paths[QOS], "2-3")]
     assert_nested(writer.snapshots, paths)
@@ -83,7 +83,7 @@ def test_move_widens_parent_to_the_union_then_narrows(fake_cgroup_host: FakeHost
 def test_parent_grows_while_child_shrinks(fake_cgroup_host: FakeHost) -> None:
     paths = setup_cpusets(fake_cgroup_host, {QOS: "0-1", POD: "0-1"})
     executor, writer = make(fake_cgroup_host, list(paths.values()))
-    batch = [CgroupUpdate("cpuset_cpus", POD, "1", "t"), CgroupUpdate("cpuset_cpus", QOS, "0-3", "t")]
+    batch = [CgroupUpdate(r.CPUSET_CPUS, POD, "1", "t"), CgroupUpdate(r.CPUSET_CPUS, QOS, "0-3", "t")]
     assert [res.outcome for res in executor.apply(batch)] == [Outcome.WRITTEN] * 2
     assert writer.writes == [(paths[QOS], "0-3"), (paths[POD], "1")]
     assert_nested(writer.snapshots, paths)
@@ -93,7 +93,7 @@ def test_empty_v1_child_is_filled_after_its_parent(fake_host: FakeHost) -> None:
     fake_host.mkdir_cgroup(POD)  # v1 leaves a new child's cpuset.cpus empty
     paths = {QOS: str(fake_host.cgroup_path(QOS, r.CPUSET_CPUS)), POD: str(fake_host.cgroup_path(POD, r.CPUSET_CPUS))}
     executor, writer = make(fake_host, [])
-    batch = [CgroupUpdate("cpuset_cpus", POD, "0-1", "t"), CgroupUpdate("cpuset_cpus", QOS, "0-3", "t")]
+    batch = [CgroupUpdate(r.CPUSET_CPUS, POD, "0-1", "t"), CgroupUpdate(r.CPUSET_CPUS, QOS, "0-3", "t")]
     executor.apply(batch)
     assert writer.writes == [(paths[QOS], "0-3"), (paths[POD], "0-1")]
 
@@ -101,7 +101,7 @@ def test_empty_v1_child_is_filled_after_its_parent(fake_host: FakeHost) -> None:
 def test_unchanged_leveled_batch_is_skipped(fake_cgroup_host: FakeHost) -> None:
     paths = setup_cpusets(fake_cgroup_host, {QOS: "0-1", POD: "0-1"})
     executor, writer = make(fake_cgroup_host, list(paths.values()))
-    batch = [CgroupUpdate("cpuset_cpus", QOS, "0-3", "t"), CgroupUpdate("cpuset_cpus", POD, "1-2", "t")]
+    batch = [CgroupUpdate(r.CPUSET_CPUS, QOS, "0-3", "t"), CgroupUpdate(r.CPUSET_CPUS, POD, "1-2", "t")]
     executor.apply(batch)
     count = len(writer.writes)
     assert [res.outcome for res in executor.apply(batch)] == [Outcome.SKIPPED_UNCHANGED] * 2
@@ -113,7 +113,7 @@ def test_unchanged_batch_reads_nothing_until_the_forced_rewrite(fake_cgroup_host
     clock = FakeClock()
     writer = RecordingWriter(watch=[])
     executor = ResourceExecutor(fake_cgroup_host.layout(), clock, MemoryAudit(), writer=writer)
-    batch = [CgroupUpdate("cpuset_cpus", QOS, "0-3", "t"), CgroupUpdate("cpuset_cpus", POD, "1", "t")]
+    batch = [CgroupUpdate(r.CPUSET_CPUS, QOS, "0-3", "t"), CgroupUpdate(r.CPUSET_CPUS, POD, "1", "t")]
     executor.apply(batch)
     # Someone narrows the parent behind the executor's back.  Within the force-update window the
     # batch is unchanged: no merge read, no write (the per-round cost of 1,000 cpusets stays flat).
@@ -133,9 +133,9 @@ def test_siblings_and_other_resources_are_not_merged(fake_cgroup_host: FakeHost)
     paths = setup_cpusets(fake_cgroup_host, {QOS + "/a": "0", QOS + "/b": "0"})
     executor, writer = make(fake_cgroup_host, [])
     batch = [
-        CgroupUpdate("cpuset_cpus", QOS + "/a", "1", "t"),
-        CgroupUpdate("cpu_cfs_quota", QOS, 10_000, "t"),
-        CgroupUpdate("cpuset_cpus", QOS + "/b", "2", "t"),
+        CgroupUpdate(r.CPUSET_CPUS, QOS + "/a", "1", "t"),
+        CgroupUpdate(r.CPU_CFS_QUOTA, QOS, 10_000, "t"),
+        CgroupUpdate(r.CPUSET_CPUS, QOS + "/b", "2", "t"),
     ]
     executor.apply(batch)
     quota = str(fake_cgroup_host.cgroup_path(QOS, r.CPU_CFS_QUOTA))
@@ -145,7 +145,7 @@ def test_siblings_and_other_resources_are_not_merged(fake_cgroup_host: FakeHost)
 
 def test_gone_parent_stops_its_merged_write(fake_cgroup_host: FakeHost) -> None:
     executor, writer = make(fake_cgroup_host, [])
-    batch = [CgroupUpdate("cpuset_cpus", QOS, "0-3", "t"), CgroupUpdate("cpuset_cpus", POD, "0-3", "t")]
+    batch = [CgroupUpdate(r.CPUSET_CPUS, QOS, "0-3", "t"), CgroupUpdate(r.CPUSET_CPUS, POD, "0-3", "t")]
     assert [res.outcome for res in executor.apply(batch)] == [Outcome.GONE, Outcome.GONE]
     assert writer.writes == []
 
@@ -161,10 +161,10 @@ def test_memory_min_levels(fake_host: FakeHost, mode: str) -> None:
         fake_host.mkdir_cgroup(rel)
         paths[rel] = str(fake_host.write_cgroup(rel, r.MEMORY_MIN, str(1 << 20)))
     executor, writer = make(fake_host, list(paths.values()))
-    grow = [CgroupUpdate("memory_min", rel, 8 << 20, "cgreconcile") for rel in (POD, QOS)]
+    grow = [CgroupUpdate(r.MEMORY_MIN, rel, 8 << 20, "cgreconcile") for rel in (POD, QOS)]
     assert [res.outcome for res in executor.apply(grow)] == [Outcome.WRITTEN] * 2
     assert writer.writes == [(paths[QOS], str(8 << 20)), (paths[POD], str(8 << 20))]
-    shrink = [CgroupUpdate("memory_min", rel, 2 << 20, "cgreconcile") for rel in (QOS, POD)]
+    shrink = [CgroupUpdate(r.MEMORY_MIN, rel, 2 << 20, "cgreconcile") for rel in (QOS, POD)]
     executor.apply(shrink)
     assert writer.writes[2:] == [(paths[POD], str(2 << 20)), (paths[QOS], str(2 << 20))]
     assert_nested(writer.snapshots, paths, key="bytes")
@@ -204,3 +204,19 @@ def test_order_helpers() -> None:
 )
 def test_merge(key: str, current: str, desired: object, merged: object) -> None:
     assert MERGE[key](current, desired) == merged
+
+
+def test_a_parent_skipped_unchanged_is_still_widened_for_a_changed_child(fake_cgroup_host: FakeHost) -> None:
+    paths = setup_cpusets(fake_cgroup_host, {QOS: "0-1", POD: "0-1"})
+    executor, writer = make(fake_cgroup_host, list(paths.values()))
+    executor.apply([CgroupUpdate(r.CPUSET_CPUS, QOS, "0-3", "t"), CgroupUpdate(r.CPUSET_CPUS, POD, "0-1", "t")])
+    # The parent drifts behind the executor's back; its own update is unchanged (answered from the memo),
+    # but the child's new CPUs need the parent widened first.
+    fake_cgroup_host.write_cgroup(QOS, r.CPUSET_CPUS, "0-1")
+    writes = len(writer.writes)
+    results = executor.apply([CgroupUpdate(r.CPUSET_CPUS, QOS, "0-3", "t"),
+                              CgroupUpdate(r.CPUSET_CPUS, POD, "2-3", "t")])
+    assert [res.outcome for res in results] == [Outcome.WRITTEN, Outcome.WRITTEN], [res.error for res in results]
+    assert writer.writes[writes] == (paths[QOS], "0-3")
+    assert fake_cgroup_host.read_cgroup(QOS, r.CPUSET_CPUS) == "0-3"
+    assert_nested(writer.snapshots, paths)

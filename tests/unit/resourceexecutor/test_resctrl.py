@@ -412,7 +412,7 @@ def test_assign_tasks_writes_one_pid_per_write_and_skips_listed_ones(rig: Rig) -
     rig.kernel.fail[(str(tasks), "12\n")] = errno.ESRCH
     result = rig.executor.assign_tasks("BE", [10, 11, 12, 13, 11], "resctrl: be tasks")
     assert result.outcome is Outcome.WRITTEN and result.ok
-    assert (result.assigned, result.already, result.gone, result.failed) == ((11, 13), (10,), (12,), ())
+    assert (result.applied, result.already, result.gone, result.failed) == ((11, 13), (10,), (12,), ())
     assert [t for p, t in rig.kernel.attempts if p == str(tasks)] == ["11\n", "12\n", "13\n"]
     assert tasks.read_text() == "10\n11\n13\n"
     entries = [(e.path, e.new, e.outcome) for e in rig.audit.entries if e.resource == "resctrl_tasks"]
@@ -424,7 +424,7 @@ def test_assign_tasks_writes_one_pid_per_write_and_skips_listed_ones(rig: Rig) -
 
 def test_assign_tasks_to_the_root_group(rig: Rig) -> None:
     result = rig.executor.assign_tasks("", [7], "t")
-    assert result.assigned == (7,)
+    assert result.applied == (7,)
     assert (rig.root / "tasks").read_text() == "7\n"
 
 
@@ -434,7 +434,7 @@ def test_assign_tasks_failures(rig: Rig) -> None:
     rig.kernel.fail[(tasks, "21\n")] = errno.EPERM
     result = rig.executor.assign_tasks("BE", [20, 21], "t")
     assert result.outcome is Outcome.FAILED and not result.ok
-    assert result.assigned == (20,)
+    assert result.applied == (20,)
     assert [pid for pid, _ in result.failed] == [21]
     assert result.error is not None and "move task 21" in result.error
 

@@ -17,6 +17,7 @@ from koordlet.resourceexecutor import terway
 from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoSPlan
 from koordlet.resourceexecutor.terway import NODE_FILE, POD_FILE, TerwayNetQoS, node_config
 from koordlet.statesinformer.framework import PodMeta
+from koordlet.system import atomicfile
 from tests.unit.qosmanager.fakes import make_pod
 
 M = 1_000_000
@@ -164,7 +165,7 @@ def test_koordinator_release_example_file(tmp_path: Path) -> None:
 def planted_suffixes(monkeypatch: pytest.MonkeyPatch, *suffixes: str) -> None:
     """The temporary names the backend will try, in order (the real ones are random)."""
     names = iter(suffixes)
-    monkeypatch.setattr(terway, "_random_suffix", lambda: next(names))
+    monkeypatch.setattr(atomicfile, "random_suffix", lambda: next(names))
 
 
 def test_temporary_names_are_unpredictable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,7 +202,7 @@ def test_a_planted_symlink_is_never_followed(tmp_path: Path, monkeypatch: pytest
 
 def test_no_free_temporary_name_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / f".{NODE_FILE}.koordlet-taken.tmp").symlink_to(tmp_path / "elsewhere")
-    monkeypatch.setattr(terway, "_random_suffix", lambda: "taken")
+    monkeypatch.setattr(atomicfile, "random_suffix", lambda: "taken")
     with pytest.raises(KoordletError, match=f"write .*{NODE_FILE}: File exists"):
         TerwayNetQoS(str(tmp_path)).apply(BE_ONLY)
     assert not (tmp_path / "elsewhere").exists() and not (tmp_path / NODE_FILE).exists()

@@ -14,6 +14,7 @@ import pytest
 from koordlet.config.types import RuntimeHooksConfig
 from koordlet.runtimehooks import component
 from koordlet.runtimehooks.apply import Applier
+from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookRunner
 from koordlet.runtimehooks.hooks import batchresource
 from tests.fixtures.failures import ComponentFailures
@@ -34,7 +35,8 @@ def test_nri_starts_when_the_socket_appears_and_stops_cleanly(monkeypatch: pytes
     with tempfile.TemporaryDirectory(prefix="kcmp-") as tmp:
         socket = str(Path(tmp) / "nri.sock")
         config = RuntimeHooksConfig(enable_server=False, nri_socket_path=socket)
-        hooks = component.RuntimeHooks(config, HookRunner([batchresource.new()]), Applier(lambda u: []), NoPods())
+        runner = HookRunner([batchresource.new(HookDeps())])
+        hooks = component.RuntimeHooks(config, runner, Applier(lambda u: []), NoPods())
         hooks.start(failures.callback("runtimehooks"))
         time.sleep(0.2)
         assert hooks.nri is None, "no socket: no plugin yet"

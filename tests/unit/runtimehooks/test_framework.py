@@ -3,6 +3,7 @@ disabled stages and a duration per hook."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -18,6 +19,7 @@ from koordlet.runtimehooks.framework import (
     Stage,
     failure_policy,
 )
+from koordlet.system.resources import CPU_IDLE
 
 POD = Pod(uid="u1", name="p", namespace="ns", labels={}, annotations={}, kube_qos=None, phase="Pending",
           priority=None, containers=(Container("c", ""),))
@@ -111,6 +113,17 @@ def test_stages_select_hooks_and_disabled_stages_run_nothing() -> None:
 def test_unknown_fields_are_the_hooks_error() -> None:
     result = HookRunner([hook("a", setter("cpu_sharez", 2))]).run(CREATE)
     assert result.errors and result.errors[0].startswith("a: hook a: unknown field 'cpu_sharez'")
+
+
+def test_cgroup_writes_name_a_registered_descriptor() -> None:
+    result = HookRunner([hook("idle", lambda ctx: ctx.write(CPU_IDLE, 1))]).run(CREATE)
+    assert result.adjustment.writes == {"cpu_idle": 1}
+    assert result.adjustment.owners == {"cgroup.cpu_idle": "idle"}
+    # A descriptor the executor does not know (not the registry's object) is the hook's error.
+    stray = dataclasses.replace(CPU_IDLE, description="a copy")
+    result = HookRunner([hook("stray", lambda ctx: ctx.write(stray, 1))]).run(CREATE)
+    assert result.errors == ["stray: hook stray: unknown cgroup resource 'cpu_idle'"]
+    assert result.adjustment.writes == {}
 
 
 def test_duplicate_names_and_bad_policy_are_config_errors() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from koordlet.apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_QOS
 from koordlet.apis.pod import pod_from_json
-from koordlet.cli.agent import cgroup_incarnation
+from koordlet.daemon.agent import cgroup_incarnation
 from koordlet.resourceexecutor.executor import ResourceExecutor
 from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
 from koordlet.runtimehooks.apply import Applier
@@ -197,7 +197,7 @@ class FakeInformer:
 
 
 def written(results: Iterable[Result]) -> list[tuple[str, str, str | None]]:
-    return [(r.update.rel_dir, r.update.resource, r.text) for r in results if r.outcome is Outcome.WRITTEN]
+    return [(r.update.rel_dir, r.update.key, r.text) for r in results if r.outcome is Outcome.WRITTEN]
 
 
 def reconcile_records(caplog: pytest.LogCaptureFixture, message: str) -> list[logging.LogRecord]:

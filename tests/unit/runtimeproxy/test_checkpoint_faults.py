@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runtimeproxy.cli import FieldsFormatter
 from runtimeproxy.store import Store
 from tests.fixtures.waiting import wait_until
 from tests.unit.runtimeproxy.test_store import CTR_ID, POD2_ID, POD_ID, container_request, pod_request
@@ -18,7 +19,9 @@ LOGGER = "runtimeproxy.store"
 
 
 def records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
+    """The store's records at ``level`` as the proxy logs them: the message, then its fields."""
+    formatter = FieldsFormatter("%(message)s")
+    return [formatter.format(r) for r in caplog.records if r.name == LOGGER and r.levelno == level]
 
 
 def checkpoint(path: Path) -> bytes:
@@ -42,8 +45,9 @@ def test_a_truncated_checkpoint_is_dropped_with_one_line_and_the_next_write_repl
         store.load()
     assert store.pods() == {} and store.containers() == {}
     (line,) = records(caplog, logging.ERROR)
-    assert f"checkpoint {path} is unusable (not valid JSON" in line and f"{len(cut)} bytes" in line, line
-    assert f"moved to {path}.bad" in line and "starting empty" in line, line
+    assert "the checkpoint is unusable" in line and f"path={path}" in line, line
+    assert "error=not valid JSON" in line and f"bytes={len(cut)}" in line, line
+    assert f"kept=moved to {path}.bad" in line and "starting empty" in line, line
     assert Path(f"{path}.bad").read_bytes() == cut and not path.exists()
 
     store.put_pod(POD2_ID, pod_request("other"))
@@ -64,7 +68,8 @@ def test_a_checkpoint_that_cannot_be_read_or_written_is_logged_once_per_streak(
         with caplog.at_level(logging.INFO, logger=LOGGER):
             store.load()
             (line,) = records(caplog, logging.ERROR)
-            assert f"cannot read checkpoint {path} (Is a directory); starting empty" in line, line
+            assert "cannot read the checkpoint; starting empty" in line, line
+            assert f"path={path}" in line and "error=Is a directory" in line, line
 
             store.put_pod(POD_ID, pod_request())
             wait_until("three failed checkpoint writes", lambda: store.failed_writes >= 3)
@@ -72,13 +77,15 @@ def test_a_checkpoint_that_cannot_be_read_or_written_is_logged_once_per_streak(
             wait_until("more failed writes", lambda: store.failed_writes >= 6)
             errors = records(caplog, logging.ERROR)[1:]
             assert len(errors) == 1, errors
-            assert f"cannot write checkpoint {path}: Is a directory; keeping the changes in memory" in errors[0]
+            assert "cannot write the checkpoint; keeping the changes in memory" in errors[0], errors
+            assert f"path={path}" in errors[0] and "error=Is a directory" in errors[0], errors
             assert not records(caplog, logging.INFO)
 
             shutil.rmtree(path)  # the fault goes away: the writer's retry catches up without another change
             wait_until("the checkpoint written again", lambda: path.is_file() and store.failed_writes == 0)
             (recovered,) = records(caplog, logging.INFO)
-            assert f"checkpoint {path} written again after" in recovered, recovered
+            assert "checkpoint written again" in recovered and f"path={path}" in recovered, recovered
+            assert "failed_writes=" in recovered, recovered
             assert len(records(caplog, logging.ERROR)) == 2
     finally:
         store.close()

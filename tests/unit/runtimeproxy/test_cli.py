@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import logging
 import os
 import shlex
 import signal
@@ -29,13 +30,15 @@ def flags(tmp: Path) -> list[str]:
 
 def test_docker_mode_is_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     assert cli.main([*flags(tmp_path), "--backend-runtime-mode=Docker"]) == cli.EXIT_FAILURE
-    assert "'Docker' is not supported" in caplog.text
+    assert [(r.getMessage(), "'Docker' is not supported" in str(getattr(r, "error", ""))) for r in caplog.records
+            if r.levelno == logging.ERROR] == [("cannot start", True)]
 
 
 def test_a_file_in_the_way_of_the_socket_is_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / "proxy.sock").write_text("not a socket")
     assert cli.main(flags(tmp_path)) == cli.EXIT_FAILURE
-    assert "cannot serve on" in caplog.text
+    assert [(r.getMessage(), "cannot serve on" in str(getattr(r, "error", ""))) for r in caplog.records
+            if r.levelno == logging.ERROR] == [("cannot start", True)]
     assert (tmp_path / "proxy.sock").read_text() == "not a socket"
 
 
@@ -57,7 +60,7 @@ def test_serves_without_a_backend_and_stops_on_sigterm() -> None:
                 proc.kill()
                 proc.wait()
         log = proc.stderr.read() if proc.stderr else ""
-        assert "not reconciled with the backend yet" in log and "stopping on SIGTERM" in log
+        assert "not reconciled with the backend yet" in log and "stopping signal=SIGTERM" in log
         assert not (tmp / "proxy.sock").exists()
 
 

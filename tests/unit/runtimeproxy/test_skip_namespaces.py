@@ -49,7 +49,9 @@ def pod_life(env: Env, interceptor: Interceptor, **pod: Any) -> list[str]:
 
 
 def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == intercept.__name__ and "may not skip" in r.getMessage()]
+    formatter = cli.FieldsFormatter("%(message)s")
+    return [formatter.format(r) for r in caplog.records
+            if r.name == intercept.__name__ and "may not skip" in r.getMessage()]
 
 
 @pytest.mark.parametrize("where", ["label", "annotation"])

@@ -14,6 +14,7 @@ import pytest
 
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
 from koordlet.apis.proto.runtime.v1alpha1 import api_pb2 as hookapi
+from runtimeproxy.cli import FieldsFormatter
 from runtimeproxy.store import RebuildReport, Store
 
 POD_ID = "a" * 64
@@ -165,8 +166,9 @@ def test_garbage_checkpoint_starts_empty_and_is_kept_aside(
         store.load()
     assert store.pods() == {} and store.containers() == {}
     assert (tmp_path / "store.json.bad").read_bytes() == content
-    (message,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert str(path) in message and reason in message
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    message = FieldsFormatter("%(message)s").format(record)
+    assert f"path={path}" in message and reason in message
 
     store.put_pod(POD2_ID, pod_request("other"))  # the next write replaces the garbage
     store.flush()

@@ -26,6 +26,7 @@ import pytest
 from koordlet.apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_QOS
 from koordlet.config.load import load
 from koordlet.errors import ParseError
+from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
 from koordlet.runtimehooks.hooks import cpuset
 from koordlet.statesinformer.cpumanager import KubeletCPUManager, PinnedContainer, parse_cpu_manager_state
@@ -217,6 +218,6 @@ def test_informer_serves_the_pools_to_the_cpuset_hook(fake_host: FakeHost, tmp_p
     assert informer.shared_pools() == EXPECTED
     assert informer.cpu_manager().pinned_cpus == frozenset({3, 5})
     ls = make_pod("web", "LS").pod
-    runner = HookRunner([cpuset.new(informer.shared_pools)])
+    runner = HookRunner([cpuset.new(HookDeps(shared_pools=informer.shared_pools))])
     result = runner.run(HookRequest(Stage.PRE_CREATE_CONTAINER, ls, "", ls.containers[0], "cid"))
     assert (result.adjustment.values, result.errors) == ({"cpuset_cpus": "1,4,7"}, [])

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from koordlet import native
 from koordlet.apis.extension import QoSClass
 from koordlet.apis.pod import pod_from_json
 from koordlet.config import load
@@ -67,7 +68,8 @@ def test_informer_publishes_only_changes(fake_host: FakeHost, tmp_path: Path) ->
     config_file = tmp_path / "c.yaml"
     config_file.write_text("standalone: true\nworkloads: [{name: app, cgroupPath: app, qosClass: LS}]\n")
     config: Config = load(config_file)
-    informer = StatesInformer(config, fake_host.layout(), CgroupDriver.CGROUPFS, read_node_info(fake_host.paths))
+    informer = StatesInformer(config, fake_host.layout(), CgroupDriver.CGROUPFS,
+                              read_node_info(fake_host.paths, native))
     seen: list[tuple[PodMeta, ...]] = []
     informer.subscribe(lambda pods: seen.append(tuple(pods)))
     assert informer.sync_standalone() is True
@@ -83,7 +85,7 @@ def test_plain_host_reservation_from_config(fake_host: FakeHost, tmp_path: Path)
     config_file = tmp_path / "c.yaml"
     config_file.write_text("standalone: true\nnode: {reservedCpu: 500m, reservedMemory: 1Gi}\n")
     informer = StatesInformer(load(config_file), fake_host.layout(), CgroupDriver.CGROUPFS,
-                              read_node_info(fake_host.paths))
+                              read_node_info(fake_host.paths, native))
     assert (informer.reservation().cpu_milli, informer.reservation().memory_bytes) == (500, 2**30)
     config_file.write_text("node: {reservedCpu: lots}\n")
     with pytest.raises(Exception, match=r"node\.reservedCpu: invalid quantity 'lots'"):

@@ -24,7 +24,7 @@ from koordlet.apis.nodemetric import (
     ResourceMap,
 )
 from koordlet.apis.pod import Container, Pod
-from koordlet.cli.daemon import Component
+from koordlet.component import Component
 from koordlet.metriccache import CacheSettings, MetricCache, labels_of, names
 from koordlet.metriccache.aggregate import Aggregate
 from koordlet.metriccache.cache import Labels

@@ -32,7 +32,7 @@ class Recording:
 
 
 def test_default_fake_host(fake_cgroup_host: FakeHost) -> None:
-    info = read_node_info(fake_cgroup_host.paths)
+    info = read_node_info(fake_cgroup_host.paths, native)
     assert info.kernel_release == "6.1.0-fake"
     assert info.online_cpus == (0, 1, 2, 3)
     assert info.cpus == (
@@ -63,7 +63,7 @@ def test_two_sockets_two_nodes_and_a_driver(fake_host: FakeHost) -> None:
     fake_host.set_cpu_topology([(0, 0, 0, 0), (1, 1, 0, 0), (2, 0, 1, 1), (3, 1, 1, 1)])
     fake_host.set_meminfo(total_kb=1024)
     fake_host.mkdir_cgroup("kubepods")
-    info = read_node_info(fake_host.paths)
+    info = read_node_info(fake_host.paths, native)
     assert [c.numa_node for c in info.cpus] == [0, 0, 1, 1]
     assert (info.core_count, info.socket_count) == (4, 2)
     assert info.numa_nodes == (NumaNode(0, (0, 1)), NumaNode(1, (2, 3)))
@@ -73,41 +73,41 @@ def test_two_sockets_two_nodes_and_a_driver(fake_host: FakeHost) -> None:
 
 def test_only_online_cpus_are_listed(fake_host: FakeHost) -> None:
     fake_host.write_sys("devices/system/cpu/online", "0,2\n")
-    info = read_node_info(fake_host.paths)
+    info = read_node_info(fake_host.paths, native)
     assert info.online_cpus == (0, 2)
     assert [c.cpu for c in info.cpus] == [0, 2]
 
 
 def test_kernel_without_numa_puts_every_cpu_on_node_0(fake_host: FakeHost) -> None:
     shutil.rmtree(fake_host.paths.sys("devices/system/node"))
-    info = read_node_info(fake_host.paths)
+    info = read_node_info(fake_host.paths, native)
     assert info.numa_nodes == (NumaNode(0, (0, 1, 2, 3)),)
     assert {c.numa_node for c in info.cpus} == {0}
 
 
 def test_cpu_claimed_by_no_node_is_minus_one(fake_host: FakeHost) -> None:
     fake_host.write_sys("devices/system/node/node0/cpulist", "0-2\n")
-    info = read_node_info(fake_host.paths)
+    info = read_node_info(fake_host.paths, native)
     assert [c.numa_node for c in info.cpus] == [0, 0, 0, -1]
 
 
 def test_garbage_topology_names_the_file(fake_host: FakeHost) -> None:
     path = fake_host.write_sys("devices/system/cpu/cpu1/topology/core_id", "one\n")
     with pytest.raises(ParseError, match=re.escape(f"{path}: malformed content")):
-        read_node_info(fake_host.paths)
+        read_node_info(fake_host.paths, native)
 
 
 def test_missing_topology_names_the_file(fake_host: FakeHost) -> None:
     path = fake_host.paths.sys("devices/system/cpu/cpu2/topology/physical_package_id")
     os.remove(path)
     with pytest.raises(CgroupGone, match=re.escape(path)):
-        read_node_info(fake_host.paths)
+        read_node_info(fake_host.paths, native)
 
 
 def test_meminfo_without_memtotal(fake_host: FakeHost) -> None:
     path = fake_host.write_proc("meminfo", "MemFree: 10 kB\n")
     with pytest.raises(ParseError, match=re.escape(f"{path}: no MemTotal line")):
-        read_node_info(fake_host.paths)
+        read_node_info(fake_host.paths, native)
 
 
 @pytest.mark.parametrize(("content", "error", "message"), [
@@ -121,10 +121,10 @@ def test_bad_kernel_release(fake_host: FakeHost, content: str | None, error: typ
     else:
         fake_host.write_proc("sys/kernel/osrelease", content)
     with pytest.raises(error, match=re.escape(f"{path}: {message}")):
-        read_node_info(fake_host.paths)
+        read_node_info(fake_host.paths, native)
 
 
 def test_no_online_cpu_is_an_error(fake_host: FakeHost) -> None:
     path = fake_host.write_sys("devices/system/cpu/online", "\n")
     with pytest.raises(ParseError, match=re.escape(f"{path}: no online CPU")):
-        read_node_info(fake_host.paths)
+        read_node_info(fake_host.paths, native)

@@ -283,9 +283,8 @@ def test_capabilities_missing_from_the_build(hybrid: FakeHost, flag: str, probes
         assert results[name] == ProbeResult(name, False, f"C core built without {what} ({flag} is false)")
 
 
-def test_c_core_unavailable(hybrid: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(probes_module, "_load_native", lambda: (None, "koordlet._native is not built"))
-    results = by_name(probe_all(hybrid.paths))
+def test_c_core_unavailable(hybrid: FakeHost) -> None:
+    results = by_name(probe_all(hybrid.paths, None, native_error="koordlet._native is not built"))
     for name in ("psi", "psi_trigger", "perf_software", "perf_cgroup", "perf_hardware", "core_sched"):
         assert results[name].reason == "C core unavailable: koordlet._native is not built"
     assert results["cgroup_mode"].supported and results["cpu_idle"].supported

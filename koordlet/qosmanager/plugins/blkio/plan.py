@@ -3,7 +3,8 @@
 
 A bad block (no name, unknown device, a ``podvolume`` outside a pod annotation, two blocks naming one
 disk) rejects the whole configuration with an error naming the field, so a round never applies half of
-it and the values in force stay until the configuration is fixed (CONVENTIONS #12)."""
+it and the values in force stay until the configuration is fixed: a half-applied configuration is one
+nobody asked for."""
 
 from __future__ import annotations
 
@@ -12,21 +13,23 @@ from typing import Any
 
 from koordlet.apis.nodeslo import BlkIOQOSCfg, BlockCfg, IOCfg
 from koordlet.qosmanager.plugins.blkio.devices import BlockDevices, Device
+from koordlet.system import resources
+from koordlet.system.cgroupfile import CgroupFile
 
 DEFAULT_WEIGHT_PERCENT = 100
 """Koordinator ``DefaultIOWeightPercentage``: also the value a device's weight is reset to."""
 DEFAULT_LATENCY_US = 3000
 DEFAULT_LATENCY_PERCENT = 95
 
-THROTTLES: tuple[tuple[str, str], ...] = (
-    ("blkio_read_bps", "read_bps"),
-    ("blkio_write_bps", "write_bps"),
-    ("blkio_read_iops", "read_iops"),
-    ("blkio_write_iops", "write_iops"),
+THROTTLES: tuple[tuple[CgroupFile, str], ...] = (
+    (resources.BLKIO_READ_BPS, "read_bps"),
+    (resources.BLKIO_WRITE_BPS, "write_bps"),
+    (resources.BLKIO_READ_IOPS, "read_iops"),
+    (resources.BLKIO_WRITE_IOPS, "write_iops"),
 )
-"""(registry key, :class:`DeviceLimits` field) of the four blk-throttle files."""
-WEIGHT = "blkio_cost_weight"
-COST_QOS = "blkio_cost_qos"
+"""(descriptor, :class:`DeviceLimits` field) of the four blk-throttle files."""
+WEIGHT = resources.BLKIO_COST_WEIGHT
+COST_QOS = resources.BLKIO_COST_QOS
 
 
 class PlanError(ValueError):

@@ -25,31 +25,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from koordlet.apis.nodeslo import NodeSLOSpec, ResourceQOS, ResourceQOSStrategy, default_resource_qos_strategy
+from koordlet.apis.nodeslo import NodeSLOSpec, ResourceQOS
+from koordlet.config import gates
 from koordlet.errors import KoordletError
+from koordlet.isolation.slo import qos_strategy
 from koordlet.qosmanager import helpers
-from koordlet.qosmanager.framework import Decision, Options
+from koordlet.qosmanager.framework import Action, Decider, Decision, Options
 from koordlet.qosmanager.plugins.blkio import plan
 from koordlet.qosmanager.plugins.blkio.devices import BlockDevices
 from koordlet.qosmanager.plugins.blkio.plan import COST_QOS, THROTTLES, WEIGHT, DeviceLimits, PlanError, RootCost
 from koordlet.resourceexecutor import CgroupUpdate, Result
-from koordlet.system.resources import REGISTRY
+from koordlet.system.cgroupfile import CgroupFile
+from koordlet.system.resources import BLKIO_WRITE_BPS
 
 log = logging.getLogger(__name__)
 
 NAME = "blkio"
-GATE = "BlkIOReconcile"
 BE_FIELD = "resourceQOSStrategy.beClass.blkioQOS"
 ROOT_FIELD = "resourceQOSStrategy.cgroupRoot.blkioQOS"
 _IGNORED = (("lsrClass", "lsr_class"), ("lsClass", "ls_class"), ("systemClass", "system_class"))
-_V2_KEYS = {"rbps": "blkio_read_bps", "wbps": "blkio_write_bps", "riops": "blkio_read_iops",
-            "wiops": "blkio_write_iops"}
+_V2_KEYS = frozenset({"rbps", "wbps", "riops", "wiops"})
 
 DevNo = tuple[int, int]
-
-
-def qos_strategy(slo: NodeSLOSpec) -> ResourceQOSStrategy:
-    return slo.resource_qos_strategy or default_resource_qos_strategy()
 
 
 def _blkio(cls: ResourceQOS | None) -> Any:
@@ -64,9 +61,6 @@ def number(dev: DevNo) -> str:
 class _Round:
     now: float
     updates: list[CgroupUpdate] = field(default_factory=list)
-    cached: list[tuple[str, str, DevNo] | None] = field(default_factory=list)
-    """Per update: the sent-cache key to record once it lands, or None (removals are never cached)."""
-    known: int = 0
     notes: list[str] = field(default_factory=list)
     cost_listed: set[DevNo] | None = None
     """The disks with iocost on in the root's file, read once a round."""
@@ -83,16 +77,14 @@ class BlkIOReconcile:
         self._be_applied: dict[DevNo, bool] = {}
         """BE disks given limits -> whether their weight was written too."""
         self._root_applied: set[DevNo] = set()
-        self._sent: dict[tuple[str, str, DevNo], tuple[object, float]] = {}
-        """(resource, dir, disk) -> (value, when) the executor accepted: skipped until the force-update
-        interval passes, as the executor remembers only the last line written to each file."""
         self._last_error: str | None = None
+        self._decide = Decider(NAME, log, options.clock)
 
     # ------------------------------------------------------------------------------------------ protocol
 
     def enabled(self, slo: NodeSLOSpec) -> bool:
         """The gate and ``blkioQOS.enable`` of the BE class or the cgroup root."""
-        if not self.options.gates.get(GATE, False):
+        if not gates.enabled(self.options.gates, gates.BLKIO_RECONCILE):
             return False
         strategy = qos_strategy(slo)
         return any(cfg is not None and cfg.enable is True
@@ -124,7 +116,7 @@ class BlkIOReconcile:
         root_removed = self._plan_root(rnd, costs, root_cfg is not None and root_cfg.enable is True)
         be_removed = self._plan_be(rnd, be_dir, limits, self._iocost_disks(rnd, costs, root_removed))
         results = self._apply(rnd)
-        return self._decide(rnd, be_dir, limits, be_removed, costs, root_removed, results)
+        return self._reconciled(rnd, be_dir, limits, be_removed, costs, root_removed, results)
 
     # ------------------------------------------------------------------------------------------ besteffort
 
@@ -139,31 +131,25 @@ class BlkIOReconcile:
                 # The cgroup (and its rules) went: a new one of the same name must get every line again,
                 # although the executor remembers writing the same text to the same path.
                 self._forget_files(be_dir, (*(k for k, _ in THROTTLES), WEIGHT))
-                self._forget_be()
+                self._be_applied.clear()
             return []
-        weight_ok = bool(REGISTRY[WEIGHT].supported(self.options.layout, be_dir))
+        weight_ok = bool(WEIGHT.supported(self.options.layout, be_dir))
         if not weight_ok and any(lim.weight_percent != plan.DEFAULT_WEIGHT_PERCENT for lim in limits.values()):
             rnd.notes.append(f"ioWeightPercent not applied: {self._why_unsupported(WEIGHT, be_dir)}")
         wanted: dict[DevNo, DeviceLimits] = {(lim.device.major, lim.device.minor): lim for lim in limits.values()}
         listed = self._listed_throttles(rnd, be_dir)
         removed = sorted((listed | set(self._be_applied)) - set(wanted))
         owner = f"{NAME}: {BE_FIELD}"
-        if removed:
-            self._forget_files(be_dir, (*(k for k, _ in THROTTLES), WEIGHT))
+        self._forget_files(be_dir, (*(k for k, _ in THROTTLES), WEIGHT), removed)
+        self._queue_removals(rnd, be_dir, removed, weight_ok, f"{owner}: disk {{disk}} no longer configured")
         for dev in removed:
-            for key, _ in THROTTLES:
-                self._queue(rnd, key, be_dir, dev, 0, f"{owner}: disk {number(dev)} no longer configured", False)
-            if self._be_applied.get(dev) and weight_ok:
-                self._queue(rnd, WEIGHT, be_dir, dev, plan.DEFAULT_WEIGHT_PERCENT,
-                            f"{owner}: disk {number(dev)} no longer configured", False)
             self._be_applied.pop(dev, None)
-            self._drop_sent(be_dir, dev)
         for dev, lim in wanted.items():
             for key, attr in THROTTLES:
-                self._queue(rnd, key, be_dir, dev, getattr(lim, attr), f"{owner}.{lim.block}", True)
+                self._queue(rnd, key, be_dir, dev, getattr(lim, attr), f"{owner}.{lim.block}")
             weighted = weight_ok and dev in iocost_on
             if weighted:
-                self._queue(rnd, WEIGHT, be_dir, dev, lim.weight_percent, f"{owner}.{lim.block}", True)
+                self._queue(rnd, WEIGHT, be_dir, dev, lim.weight_percent, f"{owner}.{lim.block}")
             elif weight_ok and lim.weight_percent != plan.DEFAULT_WEIGHT_PERCENT:
                 rnd.notes.append(f"ioWeightPercent of disk {number(dev)} ({lim.block}) not applied: iocost is off "
                                  f"for it (enable it with {ROOT_FIELD})")
@@ -175,12 +161,12 @@ class BlkIOReconcile:
         per-disk ``io.weight`` / ``blkio.cost.weight`` line only for those (EOPNOTSUPP otherwise, as the v2
         guest of tests/vm showed), so the weight of any other disk is left alone."""
         on = {(cost.device.major, cost.device.minor) for cost in costs.values()}
-        if REGISTRY[COST_QOS].supported(self.options.layout, ""):
+        if COST_QOS.supported(self.options.layout, ""):
             on |= self._listed_cost(rnd)
         return on - {dev for dev in map(_devno, root_removed) if dev is not None}
 
     def _unusable(self, be_dir: str) -> str | None:
-        descriptor = REGISTRY["blkio_write_bps"]
+        descriptor = BLKIO_WRITE_BPS
         try:
             directory = descriptor.directory(self.options.layout, be_dir)
         except KoordletError as exc:
@@ -190,8 +176,7 @@ class BlkIOReconcile:
         support = descriptor.supported(self.options.layout, be_dir)
         return None if support else support.reason
 
-    def _why_unsupported(self, key: str, rel_dir: str) -> str:
-        descriptor = REGISTRY[key]
+    def _why_unsupported(self, descriptor: CgroupFile, rel_dir: str) -> str:
         try:
             spec = descriptor.spec_for(self.options.layout)
         except KoordletError as exc:
@@ -213,14 +198,10 @@ class BlkIOReconcile:
                 seen_paths.add(path)
                 text = self.options.reader.read(key, be_dir)
             except (KoordletError, OSError) as exc:
-                rnd.notes.append(f"cannot read the {key} rules of {be_dir}: {exc}")
+                rnd.notes.append(f"cannot read the {key.key} rules of {be_dir}: {exc}")
                 continue
             listed |= parse_limited(str(text))
         return listed
-
-    def _forget_be(self) -> None:
-        self._be_applied.clear()
-        self._sent = {k: v for k, v in self._sent.items() if k[0] == COST_QOS}
 
     # ------------------------------------------------------------------------------------------ root
 
@@ -230,7 +211,7 @@ class BlkIOReconcile:
         when the NodeSLO claims the root's iocost, as Koordinator's recorder assumes."""
         if not costs and not self._root_applied and not owned:
             return []
-        support = REGISTRY[COST_QOS].supported(self.options.layout, "")
+        support = COST_QOS.supported(self.options.layout, "")
         if not support:
             if costs:
                 rnd.notes.append(f"cgroupRoot iocost not applied: {self._why_unsupported(COST_QOS, '')}")
@@ -243,14 +224,13 @@ class BlkIOReconcile:
         if owned:
             stale |= self._listed_cost(rnd)
         removed = sorted(stale - set(wanted))
-        if removed:
-            self._forget_files("", (COST_QOS,))
+        self._forget_files("", (COST_QOS,), removed)
         for dev in removed:
             self._queue(rnd, COST_QOS, "", dev, plan.cost_off(dev), f"{NAME}: {ROOT_FIELD}: disk {number(dev)} "
-                        "no longer configured", False)
+                        "no longer configured")
             self._root_applied.discard(dev)
         for dev, cost in wanted.items():
-            self._queue(rnd, COST_QOS, "", dev, cost.qos, f"{NAME}: {ROOT_FIELD}.{cost.block}", True)
+            self._queue(rnd, COST_QOS, "", dev, cost.qos, f"{NAME}: {ROOT_FIELD}.{cost.block}")
             self._root_applied.add(dev)
         return [number(d) for d in removed]
 
@@ -273,43 +253,43 @@ class BlkIOReconcile:
 
     # ------------------------------------------------------------------------------------------ writing
 
-    def _queue(self, rnd: _Round, key: str, rel_dir: str, dev: DevNo, value: int | str, owner: str,
-               cache: bool) -> None:
-        """An int is a per-device value (``maj:min value``); a str is a whole iocost QoS line."""
-        cache_key = (key, rel_dir, dev)
+    def _queue_removals(self, rnd: _Round, be_dir: str, removed: Iterable[DevNo], weight_ok: bool, owner: str
+                        ) -> None:
+        """Queues the removal of every rule of the ``removed`` disks in the besteffort files, and the
+        default weight back where one was set; ``owner`` names the disk as ``{disk}``."""
+        for dev in removed:
+            why = owner.format(disk=number(dev))
+            for key, _ in THROTTLES:
+                self._queue(rnd, key, be_dir, dev, 0, why)
+            if self._be_applied.get(dev) and weight_ok:
+                self._queue(rnd, WEIGHT, be_dir, dev, plan.DEFAULT_WEIGHT_PERCENT, why)
+
+    @staticmethod
+    def _queue(rnd: _Round, key: CgroupFile, rel_dir: str, dev: DevNo, value: int | str, owner: str) -> None:
+        """An int is a per-device value (``maj:min value``); a str is a whole iocost QoS line.  Queued
+        every round: the executor keeps each disk's line of a file apart and skips one it wrote less
+        than its force-update interval ago."""
         update_value: object = (dev[0], dev[1], value) if isinstance(value, int) else value
-        if cache:
-            last = self._sent.get(cache_key)
-            if (last is not None and last[0] == update_value
-                    and last[1] > rnd.now - self.options.config.resource_force_update_seconds):
-                rnd.known += 1
-                return
         rnd.updates.append(CgroupUpdate(key, rel_dir, update_value, owner))
-        rnd.cached.append(cache_key if cache else None)
 
     def _apply(self, rnd: _Round) -> list[Result]:
-        results = self.options.executor.apply(rnd.updates) if rnd.updates else []
-        for result, cache_key in zip(results, rnd.cached, strict=True):
-            if cache_key is None:
-                continue
-            if result.ok:
-                self._sent[cache_key] = (result.update.value, rnd.now)
-            else:
-                self._sent.pop(cache_key, None)
-        return results
+        return self.options.executor.apply(rnd.updates) if rnd.updates else []
 
-    def _forget_files(self, rel_dir: str, keys: Iterable[str]) -> None:
+    def _forget_files(self, rel_dir: str, keys: Iterable[CgroupFile], disks: Iterable[DevNo] | None = None) -> None:
         """A removal must reach the kernel even when the executor wrote the same ``maj:min 0`` line to
-        that file a moment ago: the rule being removed was set behind its back since."""
+        that file a moment ago: the rule being removed was set behind its back since.  With ``disks``
+        only those disks' lines are forgotten (the executor keeps a per-device file's lines apart, as
+        ``<file>/<maj:min>``), so the other disks' lines of the file are not rewritten for nothing."""
+        wanted = list(disks) if disks is not None else None
+        if wanted == []:
+            return
         for key in keys:
             try:
-                self.options.executor.forget(self.options.reader.path(key, rel_dir))
+                path = self.options.reader.path(key, rel_dir)
             except KoordletError:
                 continue
-
-    def _drop_sent(self, rel_dir: str, dev: DevNo) -> None:
-        for key in [k for k in self._sent if k[1] == rel_dir and k[2] == dev]:
-            del self._sent[key]
+            for target in ([path] if wanted is None else [f"{path}/{number(dev)}" for dev in wanted]):
+                self.options.executor.forget(target)
 
     # ------------------------------------------------------------------------------------------ reset
 
@@ -319,36 +299,30 @@ class BlkIOReconcile:
         rnd = _Round(now)
         be_removed: list[str] = []
         if self._unusable(be_dir) is None:
-            weight_ok = bool(REGISTRY[WEIGHT].supported(self.options.layout, be_dir))
+            weight_ok = bool(WEIGHT.supported(self.options.layout, be_dir))
             removed = sorted(self._listed_throttles(rnd, be_dir) | set(self._be_applied))
             self._forget_files(be_dir, (*(k for k, _ in THROTTLES), WEIGHT))
-            for dev in removed:
-                for key, _ in THROTTLES:
-                    self._queue(rnd, key, be_dir, dev, 0, f"{NAME}: switched off, reset disk {number(dev)}", False)
-                if self._be_applied.get(dev) and weight_ok:
-                    self._queue(rnd, WEIGHT, be_dir, dev, plan.DEFAULT_WEIGHT_PERCENT,
-                                f"{NAME}: switched off, reset disk {number(dev)}", False)
+            self._queue_removals(rnd, be_dir, removed, weight_ok, f"{NAME}: switched off, reset disk {{disk}}")
             be_removed = [number(d) for d in removed]
         root_removed = sorted(self._root_applied)
-        if root_removed and REGISTRY[COST_QOS].supported(self.options.layout, ""):
+        if root_removed and COST_QOS.supported(self.options.layout, ""):
             self._forget_files("", (COST_QOS,))
             for dev in root_removed:
                 self._queue(rnd, COST_QOS, "", dev, plan.cost_off(dev),
-                            f"{NAME}: switched off, iocost off on disk {number(dev)}", False)
+                            f"{NAME}: switched off, iocost off on disk {number(dev)}")
         results = self._apply(rnd)
         self._be_applied.clear()
         self._root_applied.clear()
-        self._sent.clear()
         counts = helpers.write_outcomes(results)
         numbers = {"be_dir": be_dir, "be_removed": be_removed, "root_removed": [number(d) for d in root_removed],
                    "updates": len(rnd.updates), **counts, "problems": helpers.write_problems(results),
                    "notes": rnd.notes}
         if not rnd.updates:
-            return Decision(NAME, now, "none", "blkio QoS off: no limit of ours left to remove", numbers)
+            return self._decide(Action.NONE, "blkio QoS off: no limit of ours left to remove", numbers, at=now)
         summary = (f"blkio QoS off: removed the limits of {_disks(len(be_removed))} in {be_dir}"
                    f"{f', iocost off on {_disks(len(root_removed))}' if root_removed else ''}: "
                    f"{counts['writes']} writes{helpers.write_tail(counts)}")
-        return Decision(NAME, now, "recover", summary, numbers)
+        return self._decide(Action.RECOVER, summary, numbers, at=now)
 
     # ------------------------------------------------------------------------------------------ decisions
 
@@ -357,11 +331,11 @@ class BlkIOReconcile:
             self._last_error = error
             log.warning("blkio QoS configuration rejected, the values in force stay", extra={"error": error})
         in_force = {number(d): ("with weight" if w else "throttles only") for d, w in self._be_applied.items()}
-        return Decision(NAME, now, "error", f"blkio QoS not changed: {error}",
-                        {"error": error, "be_in_force": in_force,
-                         "root_in_force": [number(d) for d in sorted(self._root_applied)]})
+        return self._decide(Action.ERROR, f"blkio QoS not changed: {error}",
+                            {"error": error, "be_in_force": in_force,
+                             "root_in_force": [number(d) for d in sorted(self._root_applied)]}, at=now)
 
-    def _decide(self, rnd: _Round, be_dir: str, limits: dict[Any, DeviceLimits], be_removed: list[str],
+    def _reconciled(self, rnd: _Round, be_dir: str, limits: dict[Any, DeviceLimits], be_removed: list[str],
                 costs: dict[Any, RootCost], root_removed: list[str], results: list[Result]) -> Decision:
         counts = helpers.write_outcomes(results)
         be = {lim.device.number: lim.numbers() for lim in sorted(limits.values(), key=lambda x: x.device)}
@@ -378,10 +352,10 @@ class BlkIOReconcile:
         parts.append(f"{counts['writes']} writes{helpers.write_tail(counts)}")
         parts += rnd.notes
         numbers = {"be_dir": be_dir, "be": be, "be_removed": be_removed, "root": root, "root_removed": root_removed,
-                   "updates": len(rnd.updates), "known": rnd.known, **counts,
+                   "updates": len(rnd.updates), **counts,
                    "problems": helpers.write_problems(results), "notes": rnd.notes}
-        return Decision(NAME, rnd.now, "reconcile" if counts["writes"] else "none", "blkio: " + "; ".join(parts),
-                        numbers)
+        return self._decide(Action.RECONCILE if counts["writes"] else Action.NONE, "blkio: " + "; ".join(parts),
+                            numbers, at=rnd.now)
 
 
 # ------------------------------------------------------------------------------------------ file parsing

@@ -3,11 +3,15 @@ level (Koordinator ``qosmanager/plugins/cgreconcile``)."""
 
 from __future__ import annotations
 
+from koordlet import plugins
 from koordlet.qosmanager.framework import Options, Strategy
 from koordlet.qosmanager.plugins.cgreconcile.strategy import NAME, CgroupReconcile
 
-__all__ = ["NAME", "CgroupReconcile", "new"]
+__all__ = ["NAME", "PLUGIN", "CgroupReconcile", "new"]
 
 
 def new(options: Options) -> Strategy:
     return CgroupReconcile(options)
+
+
+PLUGIN: plugins.Plugin[Options, Strategy] = plugins.Plugin(NAME, new)

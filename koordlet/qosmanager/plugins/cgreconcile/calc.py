@@ -7,10 +7,13 @@ rounded down to a whole page.  A value of None means "leave the file alone"."""
 from __future__ import annotations
 
 import resource
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 
 from koordlet.apis.nodeslo import MemoryQOSCfg
+from koordlet.system import resources
+from koordlet.system.cgroupfile import CgroupFile
 from koordlet.system.validators import INT64_MAX
 
 PAGE_SIZE = resource.getpagesize()
@@ -46,6 +49,13 @@ class MemoryValues:
 
 RESOURCES: tuple[str, ...] = tuple(f.name for f in fields(MemoryValues))
 """Every registry key this strategy may write."""
+
+FILES: Mapping[str, CgroupFile] = MappingProxyType({d.key: d for d in (
+    resources.MEMORY_MIN, resources.MEMORY_LOW, resources.MEMORY_HIGH, resources.MEMORY_WMARK_RATIO,
+    resources.MEMORY_WMARK_SCALE_FACTOR, resources.MEMORY_WMARK_MIN_ADJ, resources.MEMORY_PRIORITY,
+    resources.MEMORY_USE_PRIORITY_OOM, resources.MEMORY_OOM_GROUP)})
+"""The descriptor of each :data:`RESOURCES` key (the field names of :class:`MemoryValues`)."""
+assert tuple(FILES) == RESOURCES, "MemoryValues fields must name the memory QoS descriptors, in order"
 
 RESET = MemoryValues(memory_min=0, memory_low=0, memory_high=MEMORY_HIGH_MAX, memory_wmark_ratio=0,
                      memory_wmark_scale_factor=50, memory_wmark_min_adj=0, memory_priority=0,

@@ -36,33 +36,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from koordlet.apis.extension import LABEL_QOS, QoSClass, qos_from_label
-from koordlet.apis.nodeslo import MemoryQOSCfg, NodeSLOSpec, ResourceQOSStrategy, default_resource_qos_strategy
+from koordlet.apis.nodeslo import MemoryQOSCfg, NodeSLOSpec, ResourceQOSStrategy
 from koordlet.apis.pod import Container
+from koordlet.config import gates
 from koordlet.errors import KoordletError
+from koordlet.isolation.slo import qos_strategy
 from koordlet.qosmanager import helpers
-from koordlet.qosmanager.framework import Decision, Options
+from koordlet.qosmanager.framework import Action, Decider, Decision, Options
 from koordlet.qosmanager.plugins.cgreconcile import calc
 from koordlet.qosmanager.plugins.cgreconcile.calc import PAGE_SIZE, MemoryValues
 from koordlet.qosmanager.plugins.cgreconcile.podconfig import PodConfigs, class_config
 from koordlet.resourceexecutor import CgroupUpdate, Result
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.kubepaths import KubeQoS
-from koordlet.system.resources import REGISTRY
+from koordlet.system.resources import MEMORY_MIN
 
 log = logging.getLogger(__name__)
 
 NAME = "cgreconcile"
-GATE = "CgroupReconcile"
 _QOS_ORDER = (KubeQoS.GUARANTEED, KubeQoS.BURSTABLE, KubeQoS.BESTEFFORT)
 _QOS_CLASS = {KubeQoS.GUARANTEED: QoSClass.LSR, KubeQoS.BURSTABLE: QoSClass.LS, KubeQoS.BESTEFFORT: QoSClass.BE}
 """Koordinator ``GetKubeQoSResourceQoSByQoSClass``: whose OOM knobs a kube QoS directory gets."""
 _RESET_ITEMS = tuple(calc.RESET.items())
 _POD_RESET_ITEMS = tuple(dataclasses.replace(calc.RESET, memory_high=None).items())
 """The pod level never gets memory.high (see :func:`calc.pod_values`), so it gets none back either."""
-
-
-def qos_strategy(slo: NodeSLOSpec) -> ResourceQOSStrategy:
-    return slo.resource_qos_strategy or default_resource_qos_strategy()
 
 
 def class_enabled(strategy: ResourceQOSStrategy) -> bool:
@@ -106,16 +103,12 @@ class _Round:
     now: float
     supported: frozenset[str]
     updates: list[CgroupUpdate] = field(default_factory=list)
-    known: int = 0
-    """Updates left out: the same value went through less than the force-update interval ago."""
     classes: Counter[str] = field(default_factory=Counter)
     pods: dict[str, Any] = field(default_factory=dict)
     bad_annotations: list[str] = field(default_factory=list)
     reset_pods: list[str] = field(default_factory=list)
     qos: dict[str, Any] = field(default_factory=dict)
     touched: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
-    released: list[str] = field(default_factory=list)
-    """Dirs handed back to the kernel's defaults this round: no longer ours to remember."""
 
 
 class CgroupReconcile:
@@ -127,22 +120,20 @@ class CgroupReconcile:
         self.options = options
         self.page_size = page_size
         self._configs = PodConfigs()
-        self._skips = helpers.SkipLog(NAME, log, options.clock)
+        self._decide = Decider(NAME, log, options.clock)
         self._touched_pods: dict[str, tuple[str, tuple[str, ...]]] = {}
         """Pod UID -> (pod key, (pod dir, container dirs...)) given memory QoS values."""
         self._touched_qos: set[str] = set()
-        self._sent: dict[str, dict[str, tuple[int, float]]] = {}
-        """Dir -> resource -> (value, when) the executor accepted: a thousand containers times nine files
-        every second would be mostly "unchanged" answers; the executor's forced rewrite still happens
-        once this entry is older than its force-update interval."""
         self._plans: dict[str, _Plan] = {}
+        self._built: dict[str, tuple[_Plan, frozenset[str], tuple[CgroupUpdate, ...]]] = {}
+        """Pod UID -> (the plan, the supported files, its updates) of :meth:`_plan_pod`."""
         self._logged_unsupported: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------------------------------ protocol
 
     def enabled(self, slo: NodeSLOSpec) -> bool:
         """The gate (off by default) and some class with memory QoS on."""
-        return bool(self.options.gates.get(GATE, False)) and class_enabled(qos_strategy(slo))
+        return gates.enabled(self.options.gates, gates.CGROUP_RECONCILE) and class_enabled(qos_strategy(slo))
 
     def interval(self) -> float:
         return self.options.config.reconcile_interval_seconds
@@ -154,15 +145,15 @@ class CgroupReconcile:
         if missing is not None:
             if not enabled:  # nothing left to reset: the pods' cgroups went with kubepods
                 self._forget_all()
-            return self._decision(now, "skip", f"memory QoS not applied: {missing}", {"kubepods": kubepods},
-                                  reason="kubepods_missing")
+            return self._decide(Action.SKIP, f"memory QoS not applied: {missing}", {"kubepods": kubepods},
+                                reason="kubepods_missing", at=now)
         supported, unsupported = self._probe(kubepods)
         if not enabled:
             return self._recover(now, supported, unsupported)
         if not supported:
-            return self._decision(now, "skip", "memory QoS not applied: no memory QoS file on this kernel ("
-                                  + "; ".join(unsupported.values()) + ")", {"unsupported": unsupported},
-                                  reason="no_memory_qos_file")
+            return self._decide(Action.SKIP, "memory QoS not applied: no memory QoS file on this kernel ("
+                                + "; ".join(unsupported.values()) + ")", {"unsupported": unsupported},
+                                reason="no_memory_qos_file", at=now)
         rnd = _Round(now, supported)
         strategy = qos_strategy(slo)
         node = self.options.informer.node()
@@ -176,23 +167,20 @@ class CgroupReconcile:
         self._plan_qos(strategy, sums, rnd)
         # Pods that went: their cgroups went with them.
         for uid in [u for u in self._touched_pods if u not in live]:
-            self._forget_dirs(self._touched_pods.pop(uid)[1])
+            del self._touched_pods[uid]
         for uid in [u for u in self._plans if u not in live]:
             del self._plans[uid]
-        results = self._apply(rnd)
-        self._forget_dirs(rnd.released)
-        for uid, (key, dirs) in rnd.touched.items():
-            previous = self._touched_pods.get(uid)
-            if previous is not None and previous[1] != dirs:  # restarted containers got new cgroups
-                self._forget_dirs(set(previous[1]) - set(dirs))
-            self._touched_pods[uid] = (key, dirs)
-        return self._decide(rnd, results, unsupported, allocatable)
+        for uid in [u for u in self._built if u not in live]:
+            del self._built[uid]
+        results = self.options.executor.apply(rnd.updates) if rnd.updates else []
+        self._touched_pods.update(rnd.touched)
+        return self._reconciled(rnd, results, unsupported, allocatable)
 
     # ------------------------------------------------------------------------------------------ probing
 
     def _kubepods_missing(self, kubepods: str) -> str | None:
         try:
-            directory = REGISTRY["memory_min"].directory(self.options.layout, kubepods)
+            directory = MEMORY_MIN.directory(self.options.layout, kubepods)
         except KoordletError as exc:
             return str(exc)
         return None if os.path.isdir(directory) else f"kubepods memory cgroup {directory} does not exist"
@@ -203,7 +191,7 @@ class CgroupReconcile:
         supported: set[str] = set()
         unsupported: dict[str, str] = {}
         for key in calc.RESOURCES:
-            descriptor = REGISTRY[key]
+            descriptor = calc.FILES[key]
             support = descriptor.supported(layout, kubepods)
             if support:
                 supported.add(key)
@@ -243,20 +231,26 @@ class CgroupReconcile:
             touched = self._touched_pods.pop(meta.uid, None)
             if touched is not None:
                 rnd.reset_pods.append(pod_key)
-                rnd.released += touched[1]
                 owner = f"{NAME}: {pod_key} memory QoS off ({config.policy}), reset"
                 for i, rel_dir in enumerate(touched[1]):
-                    self._queue(rnd, rel_dir, _POD_RESET_ITEMS if i == 0 else _RESET_ITEMS, owner, cache=False)
+                    self._queue(rnd, rel_dir, _POD_RESET_ITEMS if i == 0 else _RESET_ITEMS, owner)
             return
         if not meta.cgroup_dir:
             return
         plan = self._plans.get(meta.uid)
         if plan is None or plan.meta is not meta or plan.allocatable != allocatable or plan.cfg != config.cfg:
             plan = self._plans[meta.uid] = self._plan(meta, config.cfg, config.policy, allocatable)
-        owner = f"{NAME}: {pod_key}"
-        self._queue(rnd, meta.cgroup_dir, plan.pod_items, owner)
-        for name, rel_dir, items in plan.containers:
-            self._queue(rnd, rel_dir, items, f"{owner}/{name}")
+        built = self._built.get(meta.uid)
+        if built is None or built[0] is not plan or built[1] != rnd.supported:
+            # The same update objects every round while the plan and the kernel's files stay: the
+            # executor skips them as unchanged, and building ~9 per container every second would be most
+            # of a steady round.
+            owner = f"{NAME}: {pod_key}"
+            updates = _updates(meta.cgroup_dir, plan.pod_items, owner, rnd.supported)
+            for name, rel_dir, items in plan.containers:
+                updates += _updates(rel_dir, items, f"{owner}/{name}", rnd.supported)
+            built = self._built[meta.uid] = (plan, rnd.supported, tuple(updates))
+        rnd.updates += built[2]
         rnd.touched[meta.uid] = (pod_key, plan.dirs)
         rnd.classes[qos.value] += 1
         rnd.pods[pod_key] = plan.numbers
@@ -313,41 +307,17 @@ class CgroupReconcile:
             self._queue(rnd, rel_dir, items, f"{NAME}: {kube_qos.value} QoS level")
             rnd.qos[rel_dir] = dict(items)
 
-    def _queue(self, rnd: _Round, rel_dir: str, items: Iterable[tuple[str, int]], owner: str,
-               cache: bool = True) -> None:
-        sent = self._sent.get(rel_dir) if cache else None
-        oldest = rnd.now - self.options.config.resource_force_update_seconds
-        for key, value in items:
-            if key not in rnd.supported:
-                continue
-            if sent is not None:
-                last = sent.get(key)
-                if last is not None and last[0] == value and last[1] > oldest:
-                    rnd.known += 1
-                    continue
-            rnd.updates.append(CgroupUpdate(key, rel_dir, value, owner))
+    @staticmethod
+    def _queue(rnd: _Round, rel_dir: str, items: Iterable[tuple[str, int]], owner: str) -> None:
+        rnd.updates += _updates(rel_dir, items, owner, rnd.supported)
 
     # ------------------------------------------------------------------------------------------ writing
-
-    def _apply(self, rnd: _Round) -> list[Result]:
-        results = self.options.executor.apply(rnd.updates) if rnd.updates else []
-        for result in results:
-            update = result.update
-            if result.ok and isinstance(update.value, int):
-                self._sent.setdefault(update.rel_dir, {})[update.resource] = (update.value, rnd.now)
-            else:
-                self._sent.get(update.rel_dir, {}).pop(update.resource, None)
-        return results
 
     def _forget_all(self) -> None:
         self._touched_pods.clear()
         self._touched_qos.clear()
-        self._sent.clear()
         self._plans.clear()
-
-    def _forget_dirs(self, dirs: Iterable[str]) -> None:
-        for rel_dir in dirs:
-            self._sent.pop(rel_dir, None)
+        self._built.clear()
 
     def _recover(self, now: float, supported: frozenset[str], unsupported: dict[str, str]) -> Decision:
         """Switched off: the kernel's defaults back in every pod and QoS directory this strategy wrote."""
@@ -356,27 +326,27 @@ class CgroupReconcile:
             rnd.reset_pods.append(key)
             owner = f"{NAME}: memory QoS switched off, reset {key}"
             for i, rel_dir in enumerate(dirs):
-                self._queue(rnd, rel_dir, _POD_RESET_ITEMS if i == 0 else _RESET_ITEMS, owner, cache=False)
+                self._queue(rnd, rel_dir, _POD_RESET_ITEMS if i == 0 else _RESET_ITEMS, owner)
         qos_dirs = sorted(self._touched_qos)
         for rel_dir in qos_dirs:
             self._queue(rnd, rel_dir, tuple(calc.QOS_RESET.items()),
-                        f"{NAME}: memory QoS switched off, reset QoS level", cache=False)
+                        f"{NAME}: memory QoS switched off, reset QoS level")
         results = self.options.executor.apply(rnd.updates) if rnd.updates else []
         self._forget_all()
         counts = helpers.write_outcomes(results)
         numbers = {"reset_pods": rnd.reset_pods, "reset_qos_dirs": qos_dirs, "updates": len(rnd.updates),
                    **counts, "unsupported": unsupported, "problems": helpers.write_problems(results)}
         if not rnd.updates:
-            return self._decision(now, "none", "memory QoS off: nothing of ours to reset", numbers)
+            return self._decide(Action.NONE, "memory QoS off: nothing of ours to reset", numbers, at=now)
         summary = (f"memory QoS off: reset {len(rnd.reset_pods)} pods and {len(qos_dirs)} QoS dirs to the kernel "
                    f"defaults: {counts['writes']} writes, {counts['unchanged']} values already in place"
                    f"{helpers.write_tail(counts)}")
-        return self._decision(now, "recover", summary, numbers)
+        return self._decide(Action.RECOVER, summary, numbers, at=now)
 
     # ------------------------------------------------------------------------------------------ decision
 
-    def _decide(self, rnd: _Round, results: list[Result], unsupported: dict[str, str], allocatable: int
-                ) -> Decision:
+    def _reconciled(self, rnd: _Round, results: list[Result], unsupported: dict[str, str], allocatable: int
+                    ) -> Decision:
         counts = helpers.write_outcomes(results)
         by_class = ", ".join(f"{c} {n}" for c, n in sorted(rnd.classes.items()))
         pods = sum(rnd.classes.values())
@@ -388,17 +358,16 @@ class CgroupReconcile:
             summary += f"; {len(rnd.reset_pods)} pods reset"
         summary += helpers.write_tail(counts)
         numbers = {
-            "pods": pods, "by_class": dict(rnd.classes), "updates": len(rnd.updates), "known": rnd.known, **counts,
+            "pods": pods, "by_class": dict(rnd.classes), "updates": len(rnd.updates), **counts,
             "unsupported": unsupported, "skipped_pods": rnd.bad_annotations, "reset_pods": rnd.reset_pods,
             "node_allocatable_bytes": allocatable, "page_size": self.page_size, "qos": rnd.qos,
             "pod_values": rnd.pods, "problems": helpers.write_problems(results),
         }
-        return self._decision(rnd.now, "reconcile" if counts["writes"] else "none", summary, numbers)
-
-    def _decision(self, now: float, action: str, summary: str, numbers: dict[str, Any],
-                  reason: str | None = None) -> Decision:
-        self._skips.note(action, summary, reason)
-        return Decision(NAME, now, action, summary, numbers)
+        return self._decide(Action.RECONCILE if counts["writes"] else Action.NONE, summary, numbers, at=rnd.now)
 
 
-
+def _updates(rel_dir: str, items: Iterable[tuple[str, int]], owner: str, supported: frozenset[str]
+             ) -> list[CgroupUpdate]:
+    """Every value this kernel has a file for, every round: the executor skips what it wrote less than its
+    force-update interval ago and rewrites the rest, which repairs a value changed behind our back."""
+    return [CgroupUpdate(calc.FILES[key], rel_dir, value, owner) for key, value in items if key in supported]

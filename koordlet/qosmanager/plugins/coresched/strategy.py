@@ -29,22 +29,21 @@ from typing import Any
 
 from koordlet.apis.extension import QoSClass
 from koordlet.apis.nodeslo import NodeSLOSpec
+from koordlet.config import gates
 from koordlet.errors import CgroupGone, KoordletError
+from koordlet.isolation.coresched import rules
+from koordlet.isolation.coresched.cookies import ContainerKey, CookieBook, Tally
 from koordlet.qosmanager import helpers
-from koordlet.qosmanager.framework import Decision, Options
-from koordlet.qosmanager.plugins.coresched import rules
-from koordlet.qosmanager.plugins.coresched.cookies import ContainerKey, CookieBook, Tally
+from koordlet.qosmanager.framework import Action, Decider, Decision, Options
 from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.streaklog import Streak
 from koordlet.system.kubepaths import KubeQoS
+from koordlet.system.resources import CGROUP_PROCS, CPU_IDLE
 
 log = logging.getLogger(__name__)
 
 NAME = "coresched"
-GATE = "CoreSched"
-CPU_IDLE = "cpu_idle"
-PROCS = "cgroup_procs"
 NO_BACKEND = "no core scheduling backend: the agent started without a CoreSchedExecutor"
 _QOS_DIR_FIELD = {KubeQoS.BURSTABLE: (QoSClass.LS, "lsClass"), KubeQoS.BESTEFFORT: (QoSClass.BE, "beClass")}
 
@@ -69,6 +68,7 @@ class CoreSched:
         if self._book is None and options.coresched is not None:
             self._book = CookieBook(options.coresched)
         self._errors = Streak(log, options.clock)
+        self._decide = Decider(NAME, log, options.clock)
         self._dirs: dict[ContainerKey, str] = {}
         """Container -> its cgroup directory, for the switch-off clear."""
         self._idle: set[str] = set()
@@ -80,7 +80,8 @@ class CoreSched:
     # ------------------------------------------------------------------------------------------ protocol
 
     def enabled(self, slo: NodeSLOSpec) -> bool:
-        return bool(self.options.gates.get(GATE, False)) and rules.cpu_policy(slo) == rules.CPU_POLICY_CORE_SCHED
+        return (gates.enabled(self.options.gates, gates.CORE_SCHED)
+                and rules.cpu_policy(slo) == rules.CPU_POLICY_CORE_SCHED)
 
     def interval(self) -> float:
         return self.options.config.reconcile_interval_seconds
@@ -93,7 +94,7 @@ class CoreSched:
             # Nothing here should raise; if it does, the round is reported, never propagated, and logged
             # once per streak of the same error type (it would recur every round).
             self._errors.fail(type(exc).__name__, "coresched round failed", exc_info=True)
-            return Decision(NAME, now, "error", f"coresched round failed: {exc}", {"error": str(exc)})
+            return self._decide(Action.ERROR, f"coresched round failed: {exc}", {"error": str(exc)}, at=now)
         self._errors.ok("coresched rounds succeed again")
         return decision
 
@@ -110,7 +111,7 @@ class CoreSched:
         newly_unsupported = self._note_support(reason)
         wanted = self._idle_wanted(rule, pods, fallback=reason is not None)
         results = self._apply_idle(wanted)
-        return self._decide(rule, rnd, reason, newly_unsupported, wanted, results)
+        return self._reconciled(rule, rnd, reason, newly_unsupported, wanted, results)
 
     def _support(self) -> str | None:
         """Why core scheduling cannot be used now, or None.  The kernel is asked once at start and, while
@@ -172,7 +173,7 @@ class CoreSched:
         """The processes of a container cgroup (``cgroup.procs`` of the cpu hierarchy, or of the unified
         one on v2); [] when the cgroup is gone (a restarting container), None when unreadable."""
         try:
-            text = str(self.options.reader.read(PROCS, rel_dir))
+            text = str(self.options.reader.read(CGROUP_PROCS, rel_dir))
         except CgroupGone:
             return []
         except (KoordletError, OSError) as exc:
@@ -256,15 +257,15 @@ class CoreSched:
                                    "problems": tally.failures + helpers.write_problems(results),
                                    "unsupported": tally.unsupported}
         if not containers and not reset:
-            return Decision(NAME, now, "none", "coresched off: no cookie or cpu.idle of ours left", numbers)
+            return self._decide(Action.NONE, "coresched off: no cookie or cpu.idle of ours left", numbers, at=now)
         summary = (f"coresched off: {tally.cleared} tasks of {containers} containers back to cookie 0, "
                    f"cpu.idle=0 on {len(reset)} dirs ({counts['writes']} writes{_tail(counts)})")
-        return Decision(NAME, now, "recover", summary, numbers)
+        return self._decide(Action.RECOVER, summary, numbers, at=now)
 
     # ------------------------------------------------------------------------------------------ decisions
 
-    def _decide(self, rule: rules.Rule, rnd: _Round, reason: str | None, newly_unsupported: bool,
-                wanted: dict[str, str], results: list[Result]) -> Decision:
+    def _reconciled(self, rule: rules.Rule, rnd: _Round, reason: str | None, newly_unsupported: bool,
+                    wanted: dict[str, str], results: list[Result]) -> Decision:
         tally = rnd.tally
         counts = helpers.write_outcomes(results)
         problems = rnd.problems + tally.failures + helpers.write_problems(results)
@@ -280,14 +281,14 @@ class CoreSched:
         if reason is not None:
             summary = f"core scheduling unsupported ({reason}); {idle}"
             if newly_unsupported:
-                return Decision(NAME, rnd.now, "unsupported", summary, numbers)
+                return self._decide(Action.UNSUPPORTED, summary, numbers, at=rnd.now)
         else:
             summary = (f"coresched: {len(book)} groups ({len(tally.created)} new cookies), {tally.assigned} tasks "
                        f"assigned, {tally.cleared} cleared; {idle}")
         if problems:
             summary += f"; {len(problems)} problems: {problems[0]}"
         acted = tally.assigned or tally.cleared or counts["writes"] or tally.created
-        return Decision(NAME, rnd.now, "reconcile" if acted else "none", summary, numbers)
+        return self._decide(Action.RECONCILE if acted else Action.NONE, summary, numbers, at=rnd.now)
 
 
 

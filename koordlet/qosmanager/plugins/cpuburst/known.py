@@ -1,16 +1,23 @@
 """What cpuburst believes a cgroup file holds: the value it last read or wrote there, and when.
 
-Koordinator reads every container's quota every second.  On a node with a thousand containers that is
-most of a round's cost while almost every value stays the same, so a value known for less than the
-refresh interval (the executor's force-update interval, 60 s by default) is trusted instead: the
-strategy wrote it or read it itself.  A change behind its back (kubelet applying a pod update) is seen
-at the next refresh, as the executor's own periodic rewrite would repair it.  A refresh of 0 reads
-every round, as Koordinator does."""
+Not a cache of what was sent (the executor skips a value it wrote recently by itself); it spares reads
+and tells changes apart:
+
+* Koordinator reads every container's quota every second.  On a node with a thousand containers that is
+  most of a round's cost while almost every value stays the same, so a quota known for less than the
+  refresh interval (the executor's force-update interval, 60 s by default) is trusted instead: the
+  strategy wrote it or read it itself.  A change behind its back (kubelet applying a pod update) is seen
+  at the next refresh, as the executor's own periodic rewrite would repair it.  A refresh of 0 reads
+  every round, as Koordinator does.
+* A burst written is counted as set only when it differs from the one the file held (the executor's
+  periodic rewrite of the same value is not a change the decision should report)."""
 
 from __future__ import annotations
 
 from collections.abc import Container
 from dataclasses import dataclass
+
+from koordlet.system.cgroupfile import CgroupFile
 
 
 @dataclass
@@ -24,29 +31,27 @@ class Known:
 
     def __init__(self, refresh_seconds: float) -> None:
         self.refresh_seconds = refresh_seconds
+        # Keyed by the descriptor's registry key: hashing the descriptor itself hashes every field of
+        # the frozen dataclass, which costs more than the rest of a lookup over thousands of containers.
         self._entries: dict[tuple[str, str], _Entry] = {}
 
-    def get(self, resource: str, rel_dir: str) -> int | None:
+    def get(self, resource: CgroupFile, rel_dir: str) -> int | None:
         """The value whatever its age (None when unknown)."""
-        entry = self._entries.get((resource, rel_dir))
+        entry = self._entries.get((resource.key, rel_dir))
         return None if entry is None else entry.value
 
-    def fresh(self, resource: str, rel_dir: str, now: float) -> int | None:
+    def fresh(self, resource: CgroupFile, rel_dir: str, now: float) -> int | None:
         """The value when known for less than the refresh interval."""
-        entry = self._entries.get((resource, rel_dir))
+        entry = self._entries.get((resource.key, rel_dir))
         if entry is None or now - entry.at >= self.refresh_seconds:
             return None
         return entry.value
 
-    def needs_write(self, resource: str, rel_dir: str, value: int, now: float) -> bool:
-        """True unless ``value`` is what the file is known to hold, recently."""
-        return self.fresh(resource, rel_dir, now) != value
+    def remember(self, resource: CgroupFile, rel_dir: str, value: int, now: float) -> None:
+        self._entries[(resource.key, rel_dir)] = _Entry(value, now)
 
-    def remember(self, resource: str, rel_dir: str, value: int, now: float) -> None:
-        self._entries[(resource, rel_dir)] = _Entry(value, now)
-
-    def drop(self, resource: str, rel_dir: str) -> None:
-        self._entries.pop((resource, rel_dir), None)
+    def drop(self, resource: CgroupFile, rel_dir: str) -> None:
+        self._entries.pop((resource.key, rel_dir), None)
 
     def keep_only(self, dirs: Container[str]) -> None:
         """Forgets the files of cgroups not in ``dirs`` (pods and containers that went)."""

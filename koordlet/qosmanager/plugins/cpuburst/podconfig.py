@@ -2,10 +2,10 @@
 annotation laid over it (Koordinator ``genPodBurstConfig``: marshal the pod's, unmarshal into a copy of
 the node's, so fields the pod leaves out keep the node's values).
 
-A garbage annotation is bad runtime input: the pod runs under the node's strategy, and the error names
-the pod and what was wrong (CONVENTIONS #12).  Koordinator accepts any policy string there and treats
-an unknown one as ``none``; here it is rejected like the rest, which also ends up at the node's policy
-but says why."""
+A garbage annotation is bad runtime input: the pod runs under the node's strategy (a tenant's typo must
+not change how the node treats the pod), and the error names the pod and what was wrong.  Koordinator
+accepts any policy string there and treats an unknown one as ``none``; here it is rejected like the rest,
+which also ends up at the node's policy but says why."""
 
 from __future__ import annotations
 

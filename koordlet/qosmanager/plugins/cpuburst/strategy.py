@@ -24,11 +24,12 @@ from typing import Any
 
 from koordlet.apis.extension import LABEL_QOS, QoSClass, qos_from_label
 from koordlet.apis.nodeslo import CPUBurstStrategy, NodeSLOSpec, default_cpu_burst_strategy
+from koordlet.config import gates
 from koordlet.errors import CgroupGone, KoordletError
 from koordlet.metriccache import names
 from koordlet.metriccache.cache import pod_labels
 from koordlet.qosmanager import helpers
-from koordlet.qosmanager.framework import Decision, Options
+from koordlet.qosmanager.framework import Action, Decider, Decision, Options
 from koordlet.qosmanager.plugins.cpuburst import calc
 from koordlet.qosmanager.plugins.cpuburst.calc import NodeState, Operation
 from koordlet.qosmanager.plugins.cpuburst.known import Known
@@ -47,16 +48,15 @@ from koordlet.qosmanager.plugins.cpuburst.tokens import TokenBucket, capacity
 from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.streaklog import Streak
+from koordlet.system.resources import CPU_CFS_BURST as BURST
+from koordlet.system.resources import CPU_CFS_QUOTA as QUOTA
 
 log = logging.getLogger(__name__)
 
 NAME = "cpuburst"
-GATE = "CPUBurst"
 MAX_SHARE_POOL_WINDOW_SECONDS = 10.0
 """Koordinator averages the share pool over min(5 x interval, 10 s)."""
 DEFAULT_CPU_BURST_PERCENT = 1000
-QUOTA = "cpu_cfs_quota"
-BURST = "cpu_cfs_burst"
 _READ_ERRORS = (KoordletError, OSError)
 _NOT_BURSTABLE = (QoSClass.LSE, QoSClass.LSR, QoSClass.BE)
 
@@ -80,6 +80,7 @@ class CPUBurst:
         self._rng = rng or random.random
         self._configs = PodConfigs()
         self._write_failures = Streak(log, options.clock)
+        self._decide = Decider(NAME, log, options.clock)
         self._known = Known(options.config.resource_force_update_seconds)
         self._prepared: dict[str, Prepared] = {}
         self._share_static: dict[str, tuple[PodMeta, bool, bool, float]] = {}
@@ -87,11 +88,13 @@ class CPUBurst:
         self._buckets: dict[str, TokenBucket] = {}
         self._reported: dict[str, tuple[str, str, int]] = {}
         """Container id -> (namespace, pod, quota) reported as scaled to the metrics sink."""
+        self._burst_updates: dict[str, CgroupUpdate] = {}
+        """Cgroup dir -> its last burst update (see :meth:`_burst_update`)."""
         self._pod_slack: dict[str, int] = {}
         """Pod UID -> pod quota beyond its containers' (pod overhead, init containers), seen at first sight."""
         self._burst_unsupported: str | None = None
         self._burst_unsupported_told = False
-        if options.probes.get(BURST) is False:
+        if options.probes.get(BURST.key) is False:
             self._burst_unsupported = "the cpu_cfs_burst probe found no cpu.cfs_burst_us / cpu.max.burst"
 
     # ------------------------------------------------------------------------------------------ protocol
@@ -99,7 +102,7 @@ class CPUBurst:
     def enabled(self, slo: NodeSLOSpec) -> bool:
         """The gate, and a policy other than ``none`` on the node or, as in Koordinator, on any pod's
         annotation (the documented way to opt single pods in while the node says ``none``)."""
-        if not self.options.gates.get(GATE, True):
+        if not gates.enabled(self.options.gates, gates.CPU_BURST):
             return False
         node = node_strategy(slo)
         if node.policy not in (None, NONE):
@@ -127,7 +130,7 @@ class CPUBurst:
                                                         now=rnd.now, max_age=max_age))
         self._apply(rnd)
         self._forget_gone(pods, rnd.now)
-        return self._decide(rnd, pool, node)
+        return self._scaled(rnd, pool, node)
 
     # ------------------------------------------------------------------------------------------ planning
 
@@ -265,7 +268,7 @@ class CPUBurst:
             return None
         except _READ_ERRORS as exc:
             what = f"{meta.pod.key}/{container}" if container else meta.pod.key
-            rnd.problems.append(f"{what}: cannot read {QUOTA}: {exc}")
+            rnd.problems.append(f"{what}: cannot read {QUOTA.key}: {exc}")
             self._known.drop(QUOTA, rel_dir)
             return None
         last = self._known.get(QUOTA, rel_dir)
@@ -283,15 +286,15 @@ class CPUBurst:
     def _queue(self, pod: PodPlan, rnd: Round) -> None:
         """Queues the pod's writes in an order the kernel accepts at every step (the executor writes a
         batch in order): a growing pod quota before its containers', a shrinking one after; a burst
-        after its quota grows and before it shrinks (burst <= quota, #2778).  Bursts the file is known
-        to hold are not queued again before the refresh interval."""
+        after its quota grows and before it shrinks (burst <= quota, #2778).  Bursts are queued every
+        round: the executor skips the ones it wrote less than its force-update interval ago."""
         owner = f"{NAME}: {pod.meta.pod.key}"
         if pod.target > pod.current > 0:
             rnd.add("pod_quota", pod, CgroupUpdate(QUOTA, pod.meta.cgroup_dir, pod.target, owner + " quota up"))
         for c in pod.containers:
             burst = None
-            if c.burst is not None and self._known.needs_write(BURST, c.cgroup_dir, c.burst, rnd.now):
-                burst = CgroupUpdate(BURST, c.cgroup_dir, c.burst, f"{owner}/{c.name} burst")
+            if c.burst is not None:
+                burst = self._burst_update(c.cgroup_dir, c.burst, owner, c.name)
             if burst is not None and c.target < c.current:
                 rnd.add("burst", c, burst)
                 burst = None
@@ -300,10 +303,19 @@ class CPUBurst:
                                                  f"{owner}/{c.name} quota {c.operation.value}"))
             if burst is not None:
                 rnd.add("burst", c, burst)
-        if pod.burst is not None and self._known.needs_write(BURST, pod.meta.cgroup_dir, pod.burst, rnd.now):
-            rnd.add("pod_burst", pod, CgroupUpdate(BURST, pod.meta.cgroup_dir, pod.burst, owner + " burst"))
+        if pod.burst is not None:
+            rnd.add("pod_burst", pod, self._burst_update(pod.meta.cgroup_dir, pod.burst, owner))
         if 0 < pod.target < pod.current:
             rnd.add("pod_quota", pod, CgroupUpdate(QUOTA, pod.meta.cgroup_dir, pod.target, owner + " quota down"))
+
+    def _burst_update(self, rel_dir: str, value: int, owner: str, container: str = "") -> CgroupUpdate:
+        """The burst update of ``rel_dir``: last round's object while the value stays (almost every
+        round), so a steady round builds none of the ~1,500 it hands the executor."""
+        update = self._burst_updates.get(rel_dir)
+        if update is None or update.value != value:
+            what = f"{owner}/{container} burst" if container else f"{owner} burst"
+            update = self._burst_updates[rel_dir] = CgroupUpdate(BURST, rel_dir, value, what)
+        return update
 
     # ------------------------------------------------------------------------------------------ results
 
@@ -349,7 +361,7 @@ class CPUBurst:
         if path is not None and (os.path.exists(path) or not os.path.isdir(os.path.dirname(path))):
             return False
         if self._burst_unsupported is None:
-            self._burst_unsupported = result.error or f"no {BURST} file on this host"
+            self._burst_unsupported = result.error or f"no {BURST.key} file on this host"
             log.warning("cfs burst unsupported: only the cfs quota is scaled",
                         extra={"reason": self._burst_unsupported})
         return True
@@ -381,7 +393,10 @@ class CPUBurst:
         every = {m.uid for m in self.options.informer.pods()}
         for uid in [k for k in self._share_static if k not in every]:
             del self._share_static[uid]
-        self._known.keep_only({m.cgroup_dir for m in pods} | {c.cgroup_dir for m in pods for c in m.containers})
+        dirs = {m.cgroup_dir for m in pods} | {c.cgroup_dir for m in pods for c in m.containers}
+        self._known.keep_only(dirs)
+        for rel_dir in [d for d in self._burst_updates if d not in dirs]:
+            del self._burst_updates[rel_dir]
 
     # ------------------------------------------------------------------------------------------ restore
 
@@ -401,11 +416,12 @@ class CPUBurst:
         self._buckets.clear()
         self._pod_slack.clear()
         self._prepared.clear()
+        self._burst_updates.clear()
         self._known.clear()
         summary = (f"cpu burst off: {count(rnd.reset, 'container')} back to the base quota, "
                    f"{count(rnd.bursts_set, 'burst')} cleared")
         numbers: dict[str, Any] = {"reset": rnd.reset, "bursts_cleared": rnd.bursts_set}
-        return self._decision("recover", summary + self._trailer(rnd, numbers), numbers)
+        return self._decide(Action.RECOVER, summary + self._trailer(rnd, numbers), numbers)
 
     def undo(self, c: ContainerPlan) -> None:
         c.operation = Operation.RESET
@@ -414,7 +430,7 @@ class CPUBurst:
             burst = self._read_burst(c.cgroup_dir)
             if burst:
                 c.burst = 0
-                # Known as non-zero, so the 0 is queued and counts as a change.
+                # Known as non-zero, so the 0 counts as a change.
                 self._known.remember(BURST, c.cgroup_dir, burst, float("-inf"))
 
     def _undo_pod_burst(self, meta: PodMeta, rnd: Round) -> None:
@@ -434,7 +450,7 @@ class CPUBurst:
 
     # ------------------------------------------------------------------------------------------ decision
 
-    def _decide(self, rnd: Round, pool: calc.SharePool, node: CPUBurstStrategy) -> Decision:
+    def _scaled(self, rnd: Round, pool: calc.SharePool, node: CPUBurstStrategy) -> Decision:
         numbers: dict[str, Any] = {
             "policy": node.policy,
             "node_state": pool.state.value,
@@ -464,8 +480,9 @@ class CPUBurst:
         summary = f"{head}: {', '.join(said) if said else 'no change'}"
         if rnd.bad_annotations:
             summary += f"; bad annotation ignored ({rnd.bad_annotations[0]})"
-        action = "scale" if rnd.scaled_up + rnd.scaled_down + rnd.reset else "burst" if rnd.bursts_set else "none"
-        return self._decision(action, summary + self._trailer(rnd, numbers), numbers)
+        action = (Action.SCALE if rnd.scaled_up + rnd.scaled_down + rnd.reset
+                  else Action.BURST if rnd.bursts_set else Action.NONE)
+        return self._decide(action, summary + self._trailer(rnd, numbers), numbers)
 
     def _trailer(self, rnd: Round, numbers: dict[str, Any]) -> str:
         text = ""
@@ -488,6 +505,3 @@ class CPUBurst:
                 self._burst_unsupported_told = True
                 text += f"; cfs burst unsupported, not set any more ({self._burst_unsupported})"
         return text
-
-    def _decision(self, action: str, summary: str, numbers: dict[str, Any]) -> Decision:
-        return Decision(NAME, self.options.clock(), action, summary, numbers)

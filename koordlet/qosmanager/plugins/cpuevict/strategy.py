@@ -27,24 +27,22 @@ from typing import Any
 
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.nodeslo.types import ResourceThresholdStrategy
+from koordlet.config import gates
 from koordlet.metriccache import names
 from koordlet.qosmanager import evictpick, helpers
-from koordlet.qosmanager.evictpick import REQUEST, USED, Candidate, Task
-from koordlet.qosmanager.framework import Decision, Options
+from koordlet.qosmanager.evictpick import REQUEST, USED, Candidate, EvictionStrategy, MakeCandidate, Task
+from koordlet.qosmanager.framework import Action, Decision, Options
 from koordlet.qosmanager.plugins.cpuevict import calc
 from koordlet.statesinformer.framework import PodMeta
 
 log = logging.getLogger(__name__)
 
 NAME = "cpuevict"
-BE_GATE = "BECPUEvict"
-USAGE_GATE = "CPUEvict"
 BE_REASON = "EvictPodByBECPUSatisfaction"
 """Koordinator's reason constant (``helpers.EvictPodByBECPUSatisfaction``)."""
 USAGE_REASON = "EvictPodByNodeCPUUsage"
 """Named after Koordinator's memory counterpart; Koordinator itself reports ``evicted`` for CPUEvict."""
 BY_ALLOCATABLE = "evictByAllocatable"
-MakeCandidate = Callable[[PodMeta, int], Candidate]
 
 
 @dataclass
@@ -66,39 +64,23 @@ class Plan:
         self.missing.append(reason)
 
 
-class CPUEvict:
+class CPUEvict(EvictionStrategy):
     """The ``cpuevict`` strategy."""
 
     name = NAME
+    be_gate = gates.BE_CPU_EVICT
+    usage_gate = gates.CPU_EVICT
+    off_summary = "CPU eviction disabled (evicted pods are not brought back)"
 
     def __init__(self, options: Options) -> None:
-        self.options = options
-        self._skips = helpers.SkipLog(NAME, log, options.clock)
-        self._failed = helpers.FailedEvictionLog(NAME, log, options.clock)
-        self.last_eviction: float = options.clock()
-        """Start of the cooldown: construction, then every round that launched an eviction."""
+        # Koordinator's lastEvictTime starts at New(): the averaging window fills before a first eviction.
+        super().__init__(options, log, interval_seconds=options.config.cpu_evict_interval_seconds,
+                         cool_seconds=options.config.cpu_evict_cool_time_seconds, cool_from_start=True)
 
-    def enabled(self, slo: NodeSLOSpec) -> bool:
-        threshold = slo.resource_used_threshold_with_be
-        gates = self.options.gates
-        return ((bool(gates.get(BE_GATE, False)) or bool(gates.get(USAGE_GATE, False)))
-                and threshold is not None and threshold.enable is True)
-
-    def interval(self) -> float:
-        return self.options.config.cpu_evict_interval_seconds
-
-    def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
-        if not enabled:
-            return self._decide("none", "CPU eviction disabled (evicted pods are not brought back)", {})
-        now = self.options.clock()
-        cool = self.options.config.cpu_evict_cool_time_seconds
-        if now - self.last_eviction < cool:
-            age = now - self.last_eviction
-            return self._decide("none", f"cooling down: last eviction (or start) {age:.1f} s ago, cool time "
-                                        f"{cool:g} s", {"last_eviction_age_seconds": age, "cool_time_seconds": cool})
+    def _round(self, slo: NodeSLOSpec, now: float) -> Decision:
         capacity_milli = self.options.informer.node().cpu_count * 1000
         if capacity_milli <= 0:
-            return self._decide("skip", f"node CPU capacity {capacity_milli}m is not positive", {},
+            return self._decide(Action.SKIP, f"node CPU capacity {capacity_milli}m is not positive",
                                 reason="no_cpu_capacity")
         threshold = slo.resource_used_threshold_with_be or ResourceThresholdStrategy()
         pods = list(self.options.informer.pods())
@@ -119,19 +101,15 @@ class CPUEvict:
             return Candidate(meta, priority, {REQUEST: float(batch_request_milli(meta)),
                                               USED: used().get(meta.uid, 0.0)})
 
-        if self.options.gates.get(BE_GATE, False):
+        if self.gate(gates.BE_CPU_EVICT):
             self._plan_be(plan, threshold, window, pods, candidate)
-        if self.options.gates.get(USAGE_GATE, False):
+        if self.gate(gates.CPU_EVICT):
             self._plan_usage(plan, threshold, window, capacity_milli, pods, used, candidate)
         if not plan.tasks:
             summary = "; ".join(plan.notes) or "no CPU eviction trigger enabled"
-            return self._decide("skip" if plan.missing else "none", summary, plan.numbers,
+            return self._decide(Action.SKIP if plan.missing else Action.NONE, summary, plan.numbers,
                                 reason="+".join(plan.missing))
-        pending = [candidate(m, m.pod.priority or 0) for m in evictpick.pending_pods(self.options, pods)]
-        outcome = evictpick.evict(self.options, plan.tasks, pending)
-        if outcome.evicted:
-            self.last_eviction = now
-        return self._report(plan, outcome)
+        return self._report(plan, self._evict(plan.tasks, pods, candidate, now))
 
     # ---------------------------------------------------------------------------------------- BECPUEvict
 
@@ -141,12 +119,12 @@ class CPUEvict:
         upper = threshold.cpu_evict_be_satisfaction_upper_percent
         error = calc.satisfaction_config_error(lower, upper)
         if error is not None:
-            plan.skip("be_invalid_config", f"{BE_GATE}: invalid config: {error}")
+            plan.skip("be_invalid_config", f"{gates.BE_CPU_EVICT}: invalid config: {error}")
             return
         assert lower is not None and upper is not None
         if threshold.cpu_evict_policy == BY_ALLOCATABLE:
-            plan.skip("be_policy_unsupported", f"{BE_GATE}: no policy {BY_ALLOCATABLE}: it needs the node's "
-                      "batch-cpu allocatable, which this koordlet has no Kubernetes Node to read")
+            plan.skip("be_policy_unsupported", f"{gates.BE_CPU_EVICT}: no policy {BY_ALLOCATABLE}: it needs the "
+                      "node's batch-cpu allocatable, which this koordlet has no Kubernetes Node to read")
             return
         interval = self.options.collector.res_used_interval_seconds
         cache = self.options.cache
@@ -157,7 +135,8 @@ class CPUEvict:
                             be_usage_threshold_percent=threshold.cpu_evict_be_usage_threshold_percent
                             or calc.DEFAULT_BE_USAGE_THRESHOLD_PERCENT)
         if not calc.enough_samples(window, interval, count):
-            plan.skip("be_not_enough_samples", f"{BE_GATE}: not enough BE samples: {count} in the {window} s window")
+            plan.skip("be_not_enough_samples",
+                      f"{gates.BE_CPU_EVICT}: not enough BE samples: {count} in the {window} s window")
             return
         usage, request, limit = (a.avg * 1000 if a is not None else 0.0 for a in aggregates)
         rate = calc.satisfaction(request, limit)
@@ -165,41 +144,41 @@ class CPUEvict:
                             be_satisfaction_avg=rate)
         refusal = calc.be_usage_refusal(usage, limit, threshold.cpu_evict_be_usage_threshold_percent)
         if refusal is not None:
-            plan.notes.append(f"{BE_GATE}: {refusal} (window average)")
+            plan.notes.append(f"{gates.BE_CPU_EVICT}: {refusal} (window average)")
             return
         release = calc.release_by_satisfaction(request, limit, lower, upper)
         plan.numbers["release_by_avg_milli"] = release
         if release <= 0:
-            plan.notes.append(f"{BE_GATE}: BE satisfaction {_pct(rate)} above {lower}%" if rate is not None
-                              else f"{BE_GATE}: BE requests no batch-cpu")
+            plan.notes.append(f"{gates.BE_CPU_EVICT}: BE satisfaction {_pct(rate)} above {lower}%" if rate is not None
+                              else f"{gates.BE_CPU_EVICT}: BE requests no batch-cpu")
             return
         current = [cache.latest(name, (), 2 * interval) for name in series]
         if any(c is None for c in current):
-            plan.skip("be_no_current_sample", f"{BE_GATE}: no current BE sample (is the beresource collector running?)")
+            plan.skip("be_no_current_sample",
+                      f"{gates.BE_CPU_EVICT}: no current BE sample (is the beresource collector running?)")
             return
         now_usage, now_request, now_limit = (c[1] * 1000 if c is not None else 0.0 for c in current)
         plan.numbers.update(be_usage_milli=now_usage, be_request_milli=now_request, be_limit_milli=now_limit)
         refusal = calc.be_usage_refusal(now_usage, now_limit, threshold.cpu_evict_be_usage_threshold_percent)
         if refusal is not None:
-            plan.notes.append(f"{BE_GATE}: {refusal} (now)")
+            plan.notes.append(f"{gates.BE_CPU_EVICT}: {refusal} (now)")
             return
         if (now_request, now_limit) != (request, limit):
             by_now = calc.release_by_satisfaction(now_request, now_limit, lower, upper)
             plan.numbers["release_by_current_milli"] = by_now
             if by_now <= 0:
-                plan.notes.append(f"{BE_GATE}: BE satisfaction now {_pct(calc.satisfaction(now_request, now_limit))}"
-                                  f" above {lower}%")
+                now_rate = _pct(calc.satisfaction(now_request, now_limit))
+                plan.notes.append(f"{gates.BE_CPU_EVICT}: BE satisfaction now {now_rate} above {lower}%")
                 return
             release = min(release, by_now)
         plan.numbers["be_need_release_milli"] = release
-        victims = [candidate(m, m.pod.priority or 0) for m in pods if helpers.is_be(m) and evictpick.active(m)
-                   and not self._refused(plan, m, BE_GATE)]
+        victims = evictpick.be_victims(pods, gates.BE_CPU_EVICT, candidate, plan.ignored)
         # Koordinator: lowest priority first, then the highest usage relative to request.
         victims.sort(key=lambda c: (c.priority, -_usage_ratio(c), c.key))
         head = (f"BE CPU satisfaction {_pct(rate)} <= {lower}% (BE uses {usage / limit:.0%} of its "
                 f"{limit / 1000:.2f}-core limit)")
         plan.heads.append(head)
-        plan.tasks.append(Task(BE_GATE, BE_REASON, REQUEST, release, victims,
+        plan.tasks.append(Task(gates.BE_CPU_EVICT, BE_REASON, REQUEST, release, victims,
                                f"{head}: releasing {release}m of batch-cpu request to reach {upper}%"))
 
     # ---------------------------------------------------------------------------------------- CPUEvict
@@ -211,45 +190,27 @@ class CPUEvict:
         limit = threshold.evict_enabled_priority_threshold
         error = calc.usage_config_error(pct, threshold.cpu_evict_lower_percent, limit)
         if error is not None:
-            plan.skip("usage_invalid_config", f"{USAGE_GATE}: invalid config: {error}")
+            plan.skip("usage_invalid_config", f"{gates.CPU_EVICT}: invalid config: {error}")
             return
         assert pct is not None and limit is not None
         lower = calc.lower_percent(pct, threshold.cpu_evict_lower_percent)
         node = self.options.cache.aggregate(names.NODE_CPU_USAGE, (), window)
         if node is None:
-            plan.skip("usage_no_node_sample", f"{USAGE_GATE}: no node CPU sample in the {window} s window")
+            plan.skip("usage_no_node_sample", f"{gates.CPU_EVICT}: no node CPU sample in the {window} s window")
             return
         usage_pct = calc.usage_percent(node.avg, capacity_milli)
         plan.numbers.update(node_cpu_avg_cores=node.avg, node_cpu_usage_percent=usage_pct, cpu_threshold_percent=pct,
                             cpu_lower_percent=lower, evict_enabled_priority_threshold=limit)
         if usage_pct < pct:
-            plan.notes.append(f"{USAGE_GATE}: node CPU {usage_pct}% < {pct}%")
+            plan.notes.append(f"{gates.CPU_EVICT}: node CPU {usage_pct}% < {pct}%")
             return
         release = calc.release_by_usage(capacity_milli, usage_pct, lower)
         plan.numbers["usage_need_release_milli"] = release
-        used = pod_cpu()
-        chosen: list[tuple[tuple[int, int, int, float, str], Candidate]] = []
-        for meta in pods:
-            pod = meta.pod
-            priority = evictpick.priority_with_default(pod)
-            if (not evictpick.active(meta) or priority > limit or not evictpick.eviction_enabled(pod)
-                    or meta.uid not in used or self._refused(plan, meta, USAGE_GATE)):
-                continue
-            c = candidate(meta, priority)
-            chosen.append(((evictpick.eviction_priority(pod), priority, evictpick.label_priority(pod, priority),
-                            -c.amounts[USED], c.key), c))
-        chosen.sort(key=lambda item: item[0])
+        victims = evictpick.usage_victims(pods, pod_cpu(), limit, gates.CPU_EVICT, candidate, plan.ignored)
         head = f"node CPU {usage_pct}% >= {pct}%"
         plan.heads.append(head)
-        plan.tasks.append(Task(USAGE_GATE, USAGE_REASON, USED, release, [c for _, c in chosen],
+        plan.tasks.append(Task(gates.CPU_EVICT, USAGE_REASON, USED, release, victims,
                                f"{head}: releasing {release}m of usage to get back to {lower}%"))
-
-    @staticmethod
-    def _refused(plan: Plan, meta: PodMeta, feature: str) -> bool:
-        refusal = evictpick.policy_refusal(meta.pod, feature)
-        if refusal is not None:
-            plan.ignored.append(f"{meta.pod.key}: {refusal}")
-        return refusal is not None
 
     # ---------------------------------------------------------------------------------------- output
 
@@ -272,22 +233,15 @@ class CPUEvict:
             victims = ", ".join(f"{c.key} (request {c.amounts[REQUEST]:.0f}m, using {c.amounts[USED]:.0f}m, "
                                 f"priority {c.priority})" for _, c in outcome.evicted)
             lack = "".join(f"; {t.feature} still {outcome.short(t):.0f}m short" for t in short)
-            return self._decide("evict", f"{head}: evicted {victims} to release {needs}; {pending}{lack}{failed}",
+            return self._decide(Action.EVICT, f"{head}: evicted {victims} to release {needs}; {pending}{lack}{failed}",
                                 numbers)
         if not short:
-            return self._decide("none", f"{head}: {needs} to release is covered by {pending} eviction(s) "
+            return self._decide(Action.NONE, f"{head}: {needs} to release is covered by {pending} eviction(s) "
                                         f"({', '.join(evictpick.keys(outcome.pending))})", numbers)
         if outcome.failed:
-            return self._decide("failed", f"{head}: {needs} to release, no eviction launched{failed}; {pending}",
+            return self._decide(Action.FAILED, f"{head}: {needs} to release, no eviction launched{failed}; {pending}",
                                 numbers)
-        return self._decide("none", f"{head}: {needs} to release but no pod left to evict; {pending}", numbers)
-
-    def _decide(self, action: str, summary: str, numbers: dict[str, Any], reason: str | None = None) -> Decision:
-        if action == "evict":
-            log.warning("cpuevict: %s", summary)
-        self._failed.note(action, summary)
-        self._skips.note(action, summary, reason)
-        return Decision(NAME, self.options.clock(), action, summary, numbers)
+        return self._decide(Action.NONE, f"{head}: {needs} to release but no pod left to evict; {pending}", numbers)
 
 
 def batch_request_milli(meta: PodMeta) -> int:

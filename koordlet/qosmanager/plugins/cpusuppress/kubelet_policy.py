@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from koordlet.resourceexecutor import CgroupUpdate
+from koordlet.system.resources import CPUSET_CPUS
 
 CONTAINER_DEPTH = 2
 """Directories below besteffort: ``<pod>/<container>`` (upstream ``ContainerCgroupPathRelativeDepth``)."""
@@ -42,7 +43,7 @@ def static_updates(dirs: Sequence[str], be_dir: str, cpus: str, wide: str, owner
     for rel_dir in dirs:
         depth = _depth_below(rel_dir, be_dir)
         value = wide if depth is not None and depth < CONTAINER_DEPTH else cpus
-        updates.append(CgroupUpdate("cpuset_cpus", rel_dir, value, owner))
+        updates.append(CgroupUpdate(CPUSET_CPUS, rel_dir, value, owner))
     return updates
 
 

@@ -19,9 +19,10 @@ from typing import Any
 
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.nodeslo.types import ResourceThresholdStrategy
+from koordlet.config import gates
 from koordlet.errors import KoordletError
 from koordlet.qosmanager import helpers
-from koordlet.qosmanager.framework import Decision, Options
+from koordlet.qosmanager.framework import Action, Decider, Decision, Options
 from koordlet.qosmanager.plugins.cpusuppress import calc
 from koordlet.qosmanager.plugins.cpusuppress.cpuset_policy import Pools, choose, split_pools
 from koordlet.qosmanager.plugins.cpusuppress.kubelet_policy import static_updates, without_pinned
@@ -29,12 +30,13 @@ from koordlet.qosmanager.plugins.cpusuppress.targets import Targets, be_targets,
 from koordlet.resourceexecutor import CgroupUpdate, Result
 from koordlet.statesinformer.cpumanager import KubeletCPUManager
 from koordlet.streaklog import Streak
+from koordlet.system.cgroupfile import CgroupFile
+from koordlet.system.resources import CPU_CFS_QUOTA, CPUSET_CPUS
 from koordlet.system.validators import format_cpulist
 
 log = logging.getLogger(__name__)
 
 NAME = "cpusuppress"
-GATE = "BECPUSuppress"
 CPUSET = "cpuset"
 CFS_QUOTA = "cfsQuota"
 DEFAULT_THRESHOLD_PERCENT = 65
@@ -51,12 +53,14 @@ class CPUSuppress:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._skips = helpers.SkipLog(NAME, log, options.clock)
+        self._decider = Decider(NAME, log, options.clock)
         self._write_failures = Streak(log, options.clock)
         self._quota_recovered: set[str] = set()
         """BE cgroups whose quota is recovered (Koordinator's ``suppressPolicyStatuses[cfsQuota] ==
         recovered``, kept per cgroup): -1 is written once, not every round, so kubelet or an operator may
-        set the quota while the cpuset policy runs, and a BE cgroup that appears later is recovered too."""
+        set the quota while the cpuset policy runs, and a BE cgroup that appears later is recovered too.
+        Not an "already sent" cache: the executor's skip-unchanged would rewrite -1 after its force-update
+        interval and undo such a quota, which Koordinator does not."""
         self._be_tree: tuple[object, float, tuple[str, ...]] | None = None
         """(what the walk depended on, when, the directories) of the last walk of the besteffort tree."""
         self._last_batch: tuple[tuple[str, ...], tuple[object, ...], tuple[CgroupUpdate, ...], tuple[str, ...]
@@ -76,7 +80,8 @@ class CPUSuppress:
 
     def enabled(self, slo: NodeSLOSpec) -> bool:
         threshold = slo.resource_used_threshold_with_be
-        return bool(self.options.gates.get(GATE, True)) and threshold is not None and threshold.enable is True
+        return (gates.enabled(self.options.gates, gates.BE_CPU_SUPPRESS) and threshold is not None
+                and threshold.enable is True)
 
     def interval(self) -> float:
         return self.options.config.cpu_suppress_interval_seconds
@@ -102,10 +107,10 @@ class CPUSuppress:
             return self._recover(pools, targets)
         threshold = slo.resource_used_threshold_with_be or ResourceThresholdStrategy()
         if not pods:
-            return self._decide("skip", "no pods known yet", {}, reason="no_pods")
+            return self._decide(Action.SKIP, "no pods known yet", {}, reason="no_pods")
         split = helpers.split_usage(helpers.cpu_usage(self.options, pods), pods, non_be)
         if split is None:
-            return self._decide("skip", "no fresh node CPU sample (is the NodeResource collector running?)", {},
+            return self._decide(Action.SKIP, "no fresh node CPU sample (is the NodeResource collector running?)", {},
                                 reason="no_node_sample")
         suppress = calc.suppress_milli(
             node.cpu_count,
@@ -116,12 +121,12 @@ class CPUSuppress:
         self.options.metrics.be_suppress_ls_used_cores(split.matched)
         numbers = _suppress_numbers(suppress, split.node, pools)
         if not pools.allowed:
-            return self._decide("skip", "no CPU left for BE: every CPU is an LSE pod's or reserved", numbers,
+            return self._decide(Action.SKIP, "no CPU left for BE: every CPU is an LSE pod's or reserved", numbers,
                                 reason="no_cpu_for_be")
         if targets.left_alone:
             numbers["left_alone"] = list(targets.left_alone)
         if not targets.roots:
-            return self._decide("skip", "no BE cgroup to suppress: no BE workload is configured and no BE pod was "
+            return self._decide(Action.SKIP, "no BE cgroup to suppress: no BE workload is configured and no BE pod was "
                                         f"found under {helpers.be_qos_dir(self.options)}{_left_alone_text(targets)}",
                                 numbers, reason="no_be_cgroup")
         if threshold.cpu_suppress_policy == CFS_QUOTA:
@@ -132,9 +137,9 @@ class CPUSuppress:
 
     def _by_cpuset(self, suppress: calc.Suppress, pools: Pools, numbers: dict[str, Any],
                    targets: Targets) -> Decision:
-        currents, unreadable = self._read_roots("cpuset_cpus", targets)
+        currents, unreadable = self._read_roots(CPUSET_CPUS, targets)
         if not currents:
-            return self._decide("skip", f"cannot read BE's cpuset in {'; '.join(unreadable)}", numbers,
+            return self._decide(Action.SKIP, f"cannot read BE's cpuset in {'; '.join(unreadable)}", numbers,
                                reason="be_cpuset_unreadable")
         allowed = pools.allowed
         # An empty cpuset.cpus (a fresh v2 cgroup) means "all of the parent's": count it as every CPU BE
@@ -155,20 +160,20 @@ class CPUSuppress:
                        min_cpus=self.options.config.be_min_cpuset_cpus, growth_limit=calc.growth_limit(node_cpus))
         _note_targets(numbers, targets, currents, unreadable)
         if not cpus:
-            return self._decide("skip", f"no CPUs could be chosen for BE ({count.cpus} wanted)", numbers,
+            return self._decide(Action.SKIP, f"no CPUs could be chosen for BE ({count.cpus} wanted)", numbers,
                                reason="no_cpus_chosen")
         be_dir = helpers.be_qos_dir(self.options)
         wide = format_cpulist(allowed) if static else ""
-        self._forget_drifted("cpuset_cpus", {root: (format_cpulist(value), wide if static and root == be_dir else text)
+        self._forget_drifted(CPUSET_CPUS, {root: (format_cpulist(value), wide if static and root == be_dir else text)
                                              for root, value in currents.items()})
         updates = self._cpuset_batch(targets, text, f"{NAME}: BE limited to {_cpus(len(cpus))}", wide)
         # Every BE cgroup with a quota, including one the cpuset cannot reach (on v1 systemd makes no
         # cpuset cgroup for a unit): a quota left from the cfsQuota policy must not stay in force.
-        updates += [CgroupUpdate("cpu_cfs_quota", root, calc.UNSET_QUOTA,
+        updates += [CgroupUpdate(CPU_CFS_QUOTA, root, calc.UNSET_QUOTA,
                                  f"{NAME}: recover BE quota (cpuset policy in use)")
                     for root in targets.roots if root not in self._quota_recovered and self._has_quota(root)]
         results = self.options.executor.apply(updates)
-        self._quota_recovered.update(r.update.rel_dir for r in results if r.ok and r.update.resource == "cpu_cfs_quota")
+        self._quota_recovered.update(r.update.rel_dir for r in results if r.ok and r.update.resource is CPU_CFS_QUOTA)
         self._static_cpus = cpus if static else None
         self.options.metrics.be_suppress_cores(CPUSET, float(len(cpus)))
         per_container = ""
@@ -178,14 +183,14 @@ class CPUSuppress:
         summary = (f"BE limited to {_cpus(len(cpus))} (cpuset {text}){per_container}{_where(targets, currents)}: "
                    f"{_usage_text(suppress)}{_limit_text(count, numbers)}")
         summary += _notes(targets, unreadable) + self._failures(results, numbers)
-        return self._decide("suppress", summary, numbers)
+        return self._decide(Action.SUPPRESS, summary, numbers)
 
     def _by_quota(self, suppress: calc.Suppress, pools: Pools, numbers: dict[str, Any],
                   targets: Targets) -> Decision:
         self._static_cpus = None
-        read, unreadable = self._read_roots("cpu_cfs_quota", targets)
+        read, unreadable = self._read_roots(CPU_CFS_QUOTA, targets)
         if not read:
-            return self._decide("skip", f"cannot read BE's cfs quota in {'; '.join(unreadable)}", numbers,
+            return self._decide(Action.SKIP, f"cannot read BE's cfs quota in {'; '.join(unreadable)}", numbers,
                                reason="be_quota_unreadable")
         currents = {root: int(value) for root, value in read.items()}
         roots = list(currents)
@@ -205,8 +210,8 @@ class CPUSuppress:
         # A skipped change keeps BE's total, but shares someone moved apart are evened out again.
         changing = [root for root in roots
                     if not plan.skip or (not unlimited and currents[root] != shares[root])]
-        self._forget_drifted("cpu_cfs_quota", {root: (currents[root], shares[root]) for root in changing})
-        updates = [CgroupUpdate("cpu_cfs_quota", root, shares[root],
+        self._forget_drifted(CPU_CFS_QUOTA, {root: (currents[root], shares[root]) for root in changing})
+        updates = [CgroupUpdate(CPU_CFS_QUOTA, root, shares[root],
                                 f"{NAME}: BE quota {shares[root] / calc.CFS_PERIOD_US:.2f} cores") for root in changing]
         # Koordinator recovers the cpuset every round of the quota policy (recoverCPUSetIfNeed); the
         # executor skips unchanged values, and BE pods created since the last round get widened too.
@@ -219,12 +224,12 @@ class CPUSuppress:
             evened = f"; shares evened out over {len(roots)} BE cgroups" if changing else ""
             summary = (f"BE quota kept at {current} us: target {plan.target} us differs by less than 1% of the "
                        f"node ({plan.min_delta:.0f} us); {_usage_text(suppress)}{evened}")
-            return self._decide("none", summary + notes + self._failures(results, numbers), numbers)
+            return self._decide(Action.NONE, summary + notes + self._failures(results, numbers), numbers)
         self.options.metrics.be_suppress_cores(CFS_QUOTA, plan.quota / calc.CFS_PERIOD_US)
         step = f"; growth limited to +{plan.max_increase:.0f} us per round" if plan.stepped else ""
         summary = (f"BE quota {plan.quota} us per {calc.CFS_PERIOD_US} us ({plan.quota / calc.CFS_PERIOD_US:.2f} "
                    f"cores){_split_text(targets, shares)}: {_usage_text(suppress)}{step}")
-        return self._decide("suppress", summary + notes + self._failures(results, numbers), numbers)
+        return self._decide(Action.SUPPRESS, summary + notes + self._failures(results, numbers), numbers)
 
     def _recover(self, pools: Pools, targets: Targets) -> Decision:
         """Undo both policies in every BE cgroup: the cpuset back to every allowed CPU, the quota to -1."""
@@ -232,22 +237,22 @@ class CPUSuppress:
         allowed = format_cpulist(pools.allowed)
         numbers: dict[str, Any] = {"recovered_cpuset": allowed, "excluded_cpus": format_cpulist(pools.excluded)}
         if not targets.roots:
-            return self._decide("none", "no BE cgroup to recover", numbers)
+            return self._decide(Action.NONE, "no BE cgroup to recover", numbers)
         if not targets.only_besteffort:
             numbers["targets"] = list(targets.roots)
         # With every CPU exclusive there is nothing to give back (and an empty cpuset is refused).
         owner = f"{NAME}: recover BE cpuset (suppress disabled)"
         updates = self._cpuset_batch(targets, allowed, owner) if allowed else []
-        updates += [CgroupUpdate("cpu_cfs_quota", root, calc.UNSET_QUOTA, f"{NAME}: recover BE quota (suppress "
+        updates += [CgroupUpdate(CPU_CFS_QUOTA, root, calc.UNSET_QUOTA, f"{NAME}: recover BE quota (suppress "
                                                                         "disabled)")
                     for root in targets.roots if root not in self._quota_recovered]
         results = self.options.executor.apply(updates)
-        self._quota_recovered.update(r.update.rel_dir for r in results if r.ok and r.update.resource == "cpu_cfs_quota")
+        self._quota_recovered.update(r.update.rel_dir for r in results if r.ok and r.update.resource is CPU_CFS_QUOTA)
         where = "" if targets.only_besteffort else f" in {', '.join(targets.roots)}"
         summary = f"BE recovered{where}: cpuset {allowed or '(no cgroups)'}, cfs quota unlimited"
-        return self._decide("recover", summary + self._failures(results, numbers), numbers)
+        return self._decide(Action.RECOVER, summary + self._failures(results, numbers), numbers)
 
-    def _read_roots(self, resource: str, targets: Targets) -> tuple[dict[str, Any], list[str]]:
+    def _read_roots(self, resource: CgroupFile, targets: Targets) -> tuple[dict[str, Any], list[str]]:
         """``resource`` of each target root that can be read, and ``<root>: why`` for the others (a
         systemd unit that is not running has no cgroup; on v1 systemd never makes a unit's cpuset one)."""
         values: dict[str, Any] = {}
@@ -263,11 +268,11 @@ class CPUSuppress:
         """The cgroup has a quota file: one that does not (a unit not running) has nothing to recover,
         and writing to it would fail every round."""
         try:
-            return os.path.exists(self.options.reader.path("cpu_cfs_quota", root))
+            return os.path.exists(self.options.reader.path(CPU_CFS_QUOTA, root))
         except _READ_ERRORS:
             return False
 
-    def _forget_drifted(self, resource: str, values: dict[str, tuple[Any, Any]]) -> None:
+    def _forget_drifted(self, resource: CgroupFile, values: dict[str, tuple[Any, Any]]) -> None:
         """Makes the executor write a root whose file holds something else than what this round wants
         (root -> (read, wanted)), even if it wrote that value moments ago: a workload's cgroup re-created
         by a restart starts unlimited, and waiting out the executor's rewrite period would leave it so."""
@@ -324,7 +329,7 @@ class CPUSuppress:
     def _walk_tree(self, root: str) -> list[str]:
         """``root`` and every directory below it in the cpuset hierarchy (empty when it does not exist)."""
         try:
-            top = os.path.dirname(self.options.reader.path("cpuset_cpus", root))
+            top = os.path.dirname(self.options.reader.path(CPUSET_CPUS, root))
         except _READ_ERRORS:
             return []
         if not os.path.isdir(top):
@@ -339,7 +344,7 @@ class CPUSuppress:
 
     def _walk_be_tree(self, be_dir: str) -> tuple[str, ...]:
         try:
-            root = os.path.dirname(self.options.reader.path("cpuset_cpus", be_dir))
+            root = os.path.dirname(self.options.reader.path(CPUSET_CPUS, be_dir))
         except _READ_ERRORS:
             return ()
         if not os.path.isdir(root):
@@ -364,7 +369,8 @@ class CPUSuppress:
         self._write_failures.fail(kind, "cpusuppress writes failed", extra={"failed": failed})
         return f"; {len(failed)} of {len(results)} writes failed (first: {failed[0]})"
 
-    def _decide(self, action: str, summary: str, numbers: dict[str, Any], reason: str | None = None) -> Decision:
+    def _decide(self, action: Action, summary: str, numbers: dict[str, Any], reason: str | None = None) -> Decision:
+        """The round's decision with kubelet's CPU manager state, which every outcome depends on."""
         kubelet = self._kubelet
         if kubelet.static or kubelet.pinned or kubelet.error:
             numbers.update(kubelet_cpu_manager_policy=kubelet.policy,
@@ -374,8 +380,7 @@ class CPUSuppress:
             summary += f"; kubelet's pinned CPUs are the last known: {kubelet.error}"
         if self._left_pinned:
             numbers["left_pinned"] = list(self._left_pinned)
-        self._skips.note(action, summary, reason)
-        return Decision(NAME, self.options.clock(), action, summary, numbers)
+        return self._decider(action, summary, numbers, reason=reason)
 
 
 def reserved_cpus(options: Options) -> frozenset[int]:
@@ -387,7 +392,7 @@ def reserved_cpus(options: Options) -> frozenset[int]:
 def cpuset_updates(dirs: Sequence[str], cpus: str, owner: str) -> list[CgroupUpdate]:
     """One ``cpuset.cpus`` update per directory; the executor orders them (merged top-down, then final
     bottom-up) so the kernel never sees a child wider than its parent."""
-    return [CgroupUpdate("cpuset_cpus", d, cpus, owner) for d in dirs]
+    return [CgroupUpdate(CPUSET_CPUS, d, cpus, owner) for d in dirs]
 
 
 def _subdirs(path: str) -> list[str]:

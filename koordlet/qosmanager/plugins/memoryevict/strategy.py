@@ -18,30 +18,29 @@ evictions all failed does not, so the next round retries."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.nodeslo.types import ResourceThresholdStrategy
+from koordlet.config import gates
 from koordlet.errors import KoordletError
 from koordlet.qosmanager import evictpick, helpers
-from koordlet.qosmanager.evictpick import USED, Candidate, Task, fmt_bytes
-from koordlet.qosmanager.framework import Decision, Options
+from koordlet.qosmanager.evictpick import USED, Candidate, EvictionStrategy, MakeCandidate, Task, fmt_bytes
+from koordlet.qosmanager.framework import Action, Decision, Options
 from koordlet.qosmanager.plugins.memoryevict import calc
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.kubepaths import kubepods_dir, under_parent
+from koordlet.system.resources import MEMORY_LIMIT
 
 log = logging.getLogger(__name__)
 
 NAME = "memoryevict"
-BE_GATE = "BEMemoryEvict"
-USAGE_GATE = "MemoryEvict"
 REASON = "EvictPodByNodeMemoryUsage"
 """Koordinator's reason constant for both triggers (``helpers.EvictPodByNodeMemoryUsage``)."""
 NODE_BASE = "node"
 KUBEPODS_BASE = "kubepods"
-MakeCandidate = Callable[[PodMeta, int], Candidate]
 
 
 @dataclass(frozen=True)
@@ -63,36 +62,19 @@ class Base:
     source: str
 
 
-class MemoryEvict:
+class MemoryEvict(EvictionStrategy):
     """The ``memoryevict`` strategy."""
 
     name = NAME
+    be_gate = gates.BE_MEMORY_EVICT
+    usage_gate = gates.MEMORY_EVICT
+    off_summary = "memory eviction disabled (evicted pods are not brought back)"
 
     def __init__(self, options: Options) -> None:
-        self.options = options
-        self._skips = helpers.SkipLog(NAME, log, options.clock)
-        self._failed = helpers.FailedEvictionLog(NAME, log, options.clock)
-        self.last_eviction: float | None = None
-        """When the last round that launched an eviction ran (the cooldown counts from it)."""
+        super().__init__(options, log, interval_seconds=options.config.memory_evict_interval_seconds,
+                         cool_seconds=options.config.memory_evict_cool_time_seconds, cool_from_start=False)
 
-    def enabled(self, slo: NodeSLOSpec) -> bool:
-        threshold = slo.resource_used_threshold_with_be
-        gates = self.options.gates
-        return ((bool(gates.get(BE_GATE, False)) or bool(gates.get(USAGE_GATE, False)))
-                and threshold is not None and threshold.enable is True)
-
-    def interval(self) -> float:
-        return self.options.config.memory_evict_interval_seconds
-
-    def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
-        if not enabled:
-            return self._decide("none", "memory eviction disabled (evicted pods are not brought back)", {})
-        now = self.options.clock()
-        cool = self.options.config.memory_evict_cool_time_seconds
-        if self.last_eviction is not None and now - self.last_eviction < cool:
-            age = now - self.last_eviction
-            return self._decide("none", f"cooling down: last eviction {age:.1f} s ago, cool time {cool:g} s",
-                                {"last_eviction_age_seconds": age, "cool_time_seconds": cool})
+    def _round(self, slo: NodeSLOSpec, now: float) -> Decision:
         threshold = slo.resource_used_threshold_with_be or ResourceThresholdStrategy()
         threshold_pct = (threshold.memory_evict_threshold_percent
                          if threshold.memory_evict_threshold_percent is not None
@@ -100,7 +82,7 @@ class MemoryEvict:
         lower_pct = calc.lower_percent(threshold_pct, threshold.memory_evict_lower_percent)
         numbers: dict[str, Any] = {"threshold_percent": threshold_pct, "lower_percent": lower_pct}
         if lower_pct >= threshold_pct:
-            return self._decide("skip", f"memoryEvictLowerPercent {lower_pct} must be below "
+            return self._decide(Action.SKIP, f"memoryEvictLowerPercent {lower_pct} must be below "
                                         f"memoryEvictThresholdPercent {threshold_pct}", numbers,
                                 reason="invalid_config")
         pods = list(self.options.informer.pods())
@@ -109,13 +91,13 @@ class MemoryEvict:
         usage = helpers.memory_usage(self.options, pods if kubepods else [])
         base = self._kubepods_base(pods, usage) if kubepods else self._node_base(usage)
         if isinstance(base, Unavailable):
-            return self._decide("skip", base.text, numbers, reason=base.reason)
+            return self._decide(Action.SKIP, base.text, numbers, reason=base.reason)
         usage_pct = calc.usage_percent(base.used, base.capacity)
         numbers.update(base=base.name, source=base.source, capacity_bytes=base.capacity, used_bytes=base.used,
                        usage_percent=usage_pct)
         what = f"{base.name} memory {usage_pct}%"
         if usage_pct < threshold_pct:
-            return self._decide("none", f"{what} < {threshold_pct}%: nothing to evict", numbers)
+            return self._decide(Action.NONE, f"{what} < {threshold_pct}%: nothing to evict", numbers)
         if not kubepods:
             usage = helpers.memory_usage(self.options, pods)
         needed = calc.release_bytes(base.capacity, usage_pct, lower_pct)
@@ -127,10 +109,7 @@ class MemoryEvict:
         message = (f"{what} >= threshold {threshold_pct}%: releasing {fmt_bytes(needed)} to get back to "
                    f"{lower_pct}%")
         tasks, notes = self._tasks(threshold, pods, usage.pods, needed, message, candidate)
-        pending = [candidate(m, m.pod.priority or 0) for m in evictpick.pending_pods(self.options, pods)]
-        outcome = evictpick.evict(self.options, tasks, pending)
-        if outcome.evicted:
-            self.last_eviction = now
+        outcome = self._evict(tasks, pods, candidate, now)
         return self._report(what, threshold_pct, needed, outcome, tasks, notes, numbers)
 
     # ---------------------------------------------------------------------------------------- inputs
@@ -149,8 +128,8 @@ class MemoryEvict:
         root = under_parent(self.options.kube_parent, kubepods_dir(self.options.driver))
         reader = self.options.reader
         try:
-            path = reader.path("memory_limit", root)
-            limit = int(reader.read("memory_limit", root))
+            path = reader.path(MEMORY_LIMIT, root)
+            limit = int(reader.read(MEMORY_LIMIT, root))
         except (KoordletError, OSError, ValueError) as exc:
             return Unavailable("kubepods_limit_unreadable", f"cannot read the kubepods memory limit in {root}: {exc}")
         if limit <= 0:
@@ -166,51 +145,21 @@ class MemoryEvict:
 
     def _tasks(self, threshold: ResourceThresholdStrategy, pods: Sequence[PodMeta], used: Mapping[str, float],
                needed: int, message: str, candidate: MakeCandidate) -> tuple[list[Task], list[str]]:
-        gates = self.options.gates
         tasks: list[Task] = []
         notes: list[str] = []
-        if gates.get(BE_GATE, False):
-            be = []
-            for meta in pods:
-                if not (helpers.is_be(meta) and evictpick.active(meta)):
-                    continue
-                refusal = evictpick.policy_refusal(meta.pod, BE_GATE)
-                if refusal:
-                    notes.append(f"{meta.pod.key}: {refusal}")
-                    continue
-                be.append(candidate(meta, meta.pod.priority or 0))
+        if self.gate(gates.BE_MEMORY_EVICT):
+            be = evictpick.be_victims(pods, gates.BE_MEMORY_EVICT, candidate, notes)
             # Koordinator: priority, then usage (pods without a sample last), then name.
             be.sort(key=lambda c: (c.priority, -c.amounts[USED], c.key))
-            tasks.append(Task(BE_GATE, REASON, USED, needed, be, message))
-        if gates.get(USAGE_GATE, False):
+            tasks.append(Task(gates.BE_MEMORY_EVICT, REASON, USED, needed, be, message))
+        if self.gate(gates.MEMORY_EVICT):
             limit = threshold.evict_enabled_priority_threshold
             if limit is None:
-                notes.append(f"{USAGE_GATE} skipped: evictEnabledPriorityThreshold is not set")
+                notes.append(f"{gates.MEMORY_EVICT} skipped: evictEnabledPriorityThreshold is not set")
             else:
-                tasks.append(Task(USAGE_GATE, REASON, USED, needed,
-                                  self._usage_candidates(pods, used, limit, candidate, notes), message))
+                victims = evictpick.usage_victims(pods, used, limit, gates.MEMORY_EVICT, candidate, notes)
+                tasks.append(Task(gates.MEMORY_EVICT, REASON, USED, needed, victims, message))
         return tasks, notes
-
-    @staticmethod
-    def _usage_candidates(pods: Sequence[PodMeta], used: Mapping[str, float], limit: int,
-                          candidate: MakeCandidate, notes: list[str]) -> list[Candidate]:
-        """MemoryEvict's victims: eviction-enabled pods up to the priority threshold with a usage sample."""
-        chosen: list[tuple[tuple[int, int, int, float, str], Candidate]] = []
-        for meta in pods:
-            pod = meta.pod
-            priority = evictpick.priority_with_default(pod)
-            if (not evictpick.active(meta) or priority > limit or not evictpick.eviction_enabled(pod)
-                    or meta.uid not in used):
-                continue
-            refusal = evictpick.policy_refusal(pod, USAGE_GATE)
-            if refusal:
-                notes.append(f"{pod.key}: {refusal}")
-                continue
-            c = candidate(meta, priority)
-            chosen.append(((evictpick.eviction_priority(pod), priority, evictpick.label_priority(pod, priority),
-                            -c.amounts[USED], c.key), c))
-        chosen.sort(key=lambda item: item[0])
-        return [c for _, c in chosen]
 
     # ---------------------------------------------------------------------------------------- output
 
@@ -235,23 +184,16 @@ class MemoryEvict:
                                 for _, c in outcome.evicted)
             lack = f"; still {fmt_bytes(short)} short" if short > 0 else ""
             summary = f"{head}: evicted {victims} to release {fmt_bytes(needed)}; {pending}{lack}{failed}"
-            return self._decide("evict", summary, numbers)
+            return self._decide(Action.EVICT, summary, numbers)
         if short <= 0:
             summary = (f"{head}: the {fmt_bytes(needed)} to release is covered by {pending} eviction(s) "
                        f"({', '.join(evictpick.keys(outcome.pending))}: {fmt_bytes(pending_bytes)})")
-            return self._decide("none", summary, numbers)
+            return self._decide(Action.NONE, summary, numbers)
         if outcome.failed:
-            return self._decide("failed", f"{head}: {fmt_bytes(short)} to release, no eviction launched{failed}; "
+            return self._decide(Action.FAILED, f"{head}: {fmt_bytes(short)} to release, no eviction launched{failed}; "
                                           f"{pending}", numbers)
         if not tasks:
-            return self._decide("skip", f"{head}: no trigger can run ({'; '.join(notes)})", numbers,
+            return self._decide(Action.SKIP, f"{head}: no trigger can run ({'; '.join(notes)})", numbers,
                                 reason="no_trigger")
-        return self._decide("none", f"{head}: {fmt_bytes(short)} to release but no pod left to evict "
+        return self._decide(Action.NONE, f"{head}: {fmt_bytes(short)} to release but no pod left to evict "
                                     f"({'/'.join(t.feature for t in tasks)}); {pending}", numbers)
-
-    def _decide(self, action: str, summary: str, numbers: dict[str, Any], reason: str | None = None) -> Decision:
-        if action == "evict":
-            log.warning("memoryevict: %s", summary)
-        self._failed.note(action, summary)
-        self._skips.note(action, summary, reason)
-        return Decision(NAME, self.options.clock(), action, summary, numbers)

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+from koordlet import plugins
 from koordlet.qosmanager.framework import Options, Strategy
-from koordlet.qosmanager.plugins.netqos.strategy import GATES, NAME, NetQoSStrategy
+from koordlet.qosmanager.plugins.netqos.strategy import NAME, NetQoSStrategy
 
-__all__ = ["GATES", "NAME", "NetQoSStrategy", "new"]
+__all__ = ["NAME", "PLUGIN", "NetQoSStrategy", "new"]
 
 
 def new(options: Options) -> Strategy:
     return NetQoSStrategy(options)
+
+
+PLUGIN: plugins.Plugin[Options, Strategy] = plugins.Plugin(NAME, new)

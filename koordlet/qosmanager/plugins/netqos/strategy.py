@@ -20,32 +20,23 @@ import logging
 from typing import Any
 
 from koordlet.apis.extension import QoSClass
-from koordlet.apis.nodeslo import NodeSLOSpec, ResourceQOSStrategy, default_resource_qos_strategy
+from koordlet.apis.nodeslo import NodeSLOSpec, ResourceQOSStrategy
+from koordlet.config import gates
 from koordlet.errors import ConfigError, KoordletError
-from koordlet.qosmanager.framework import Decision, Options
-from koordlet.qosmanager.plugins.netqos import host
-from koordlet.qosmanager.plugins.netqos.plan import TOTAL_FIELD, ClassRates, class_rates, parse_total
+from koordlet.isolation.netqos import host
+from koordlet.isolation.netqos.plan import TOTAL_FIELD, ClassRates, class_rates, parse_total
+from koordlet.isolation.netqos.policy import GATES, POLICY_FIELD, policy_of
+from koordlet.isolation.slo import qos_strategy
+from koordlet.qosmanager.framework import Action, Decider, Decision, Options
 from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoS, NetQoSPlan
 
 log = logging.getLogger(__name__)
 
 NAME = "netqos"
-GATES = {"tc": "TCNetworkQoS", "terway-qos": "TerwayQoS"}
-DEFAULT_POLICY = "tc"
-POLICY_FIELD = "resourceQOSStrategy.policies.netQOSPolicy"
 _CLASS_OF = {QoSClass.LSE: "ls", QoSClass.LSR: "ls", QoSClass.LS: "ls", QoSClass.BE: "be",
              QoSClass.SYSTEM: "system"}
 _RANK = {"system": 0, "ls": 1, "be": 2}
 _IGNORED = (("lsrClass", "lsr_class"), ("systemClass", "system_class"))
-
-
-def qos_strategy(slo: NodeSLOSpec) -> ResourceQOSStrategy:
-    return slo.resource_qos_strategy or default_resource_qos_strategy()
-
-
-def policy_of(slo: NodeSLOSpec) -> str:
-    policies = qos_strategy(slo).policies
-    return (policies.net_qos_policy if policies is not None else None) or DEFAULT_POLICY
 
 
 def _network(strategy: ResourceQOSStrategy, attr: str) -> Any:
@@ -66,13 +57,14 @@ class NetQoSStrategy:
         """The policy whose backend holds something (cleared on switch-off or policy change)."""
         self._applied_at = 0.0
         self._last_error: str | None = None
+        self._decide = Decider(NAME, log, options.clock)
 
     # ------------------------------------------------------------------------------------------ protocol
 
     def enabled(self, slo: NodeSLOSpec) -> bool:
         """The policy's gate and ``networkQOS.enable`` of the LS or BE class."""
         gate = GATES.get(policy_of(slo))
-        if gate is None or not self.options.gates.get(gate, False):
+        if gate is None or not gates.enabled(self.options.gates, gate):
             return False
         strategy = qos_strategy(slo)
         return any(cfg is not None and cfg.enable is True
@@ -89,7 +81,8 @@ class NetQoSStrategy:
         if policy not in GATES:
             return self._rejected(now, f"{POLICY_FIELD}: must be one of {', '.join(GATES)}, got {policy!r}")
         if self.options.netqos is None:
-            return self._rejected(now, "no network QoS backend is configured on this koordlet", action="skip")
+            return self._rejected(now, "no network QoS backend is configured on this koordlet", Action.SKIP,
+                                  reason="no_backend")
         notes: list[str] = []
         try:
             plan, numbers = self._plan(slo, policy, notes)
@@ -101,24 +94,25 @@ class NetQoSStrategy:
                 self._backend(self._in_force_policy).clear()
             except Exception as exc:  # a backend failure must not escape run_once
                 return self._rejected(now, f"cannot clear the {self._in_force_policy} backend before switching to "
-                                           f"{policy}: {exc}", action="error")
+                                           f"{policy}: {exc}", Action.ERROR)
             notes.append(f"{self._in_force_policy} cleared")
             self._in_force, self._in_force_policy = None, None
         force = self.options.config.resource_force_update_seconds
         if plan == self._in_force and (force <= 0 or now - self._applied_at < force):
             self._last_error = None
-            return Decision(NAME, now, "none", _summary("unchanged", plan, policy, notes), numbers)
+            return self._decide(Action.NONE, _summary("unchanged", plan, policy, notes), numbers, at=now)
         try:
             self._backend(policy).apply(plan)
         except Exception as exc:  # Unsupported, refused by kernel or agent, or a bug
-            return self._rejected(now, f"{policy} backend refused the plan: {exc}", action="error")
+            return self._rejected(now, f"{policy} backend refused the plan: {exc}", Action.ERROR)
         changed = plan != self._in_force
         self._in_force, self._in_force_policy, self._applied_at = plan, policy, now
         self._last_error = None
         verb = "applied" if changed else "re-applied"
+        summary = _summary(verb, plan, policy, notes)
         if changed:
-            log.info("network QoS %s", _summary(verb, plan, policy, notes))
-        return Decision(NAME, now, "apply", _summary(verb, plan, policy, notes), numbers)
+            log.info("network QoS plan applied", extra={"summary": summary})
+        return self._decide(Action.APPLY, summary, numbers, at=now)
 
     # ------------------------------------------------------------------------------------------ plan
 
@@ -199,25 +193,26 @@ class NetQoSStrategy:
     def _switch_off(self, now: float) -> Decision:
         policy = self._in_force_policy
         if policy is None:
-            return Decision(NAME, now, "none", "network QoS off; nothing in force", {})
+            return self._decide(Action.NONE, "network QoS off; nothing in force", at=now)
         try:
             self._backend(policy).clear()
         except Exception as exc:
-            return self._rejected(now, f"cannot clear the {policy} backend: {exc}", action="error")
+            return self._rejected(now, f"cannot clear the {policy} backend: {exc}", Action.ERROR)
         self._in_force, self._in_force_policy, self._last_error = None, None, None
-        log.info("network QoS off: %s backend cleared", policy)
-        return Decision(NAME, now, "clear", f"network QoS off: {policy} shaping removed", {"policy": policy})
+        log.info("network QoS off: backend cleared", extra={"policy": policy})
+        return self._decide(Action.CLEAR, f"network QoS off: {policy} shaping removed", {"policy": policy}, at=now)
 
-    def _rejected(self, now: float, error: str, action: str = "invalid") -> Decision:
+    def _rejected(self, now: float, error: str, action: Action = Action.INVALID, reason: str | None = None
+                  ) -> Decision:
         if error != self._last_error:
             self._last_error = error
-            log.warning("network QoS not changed: %s", error)
+            log.warning("network QoS not changed", extra={"error": error})
         kept = self._in_force
         numbers: dict[str, Any] = {"error": error, "in_force_policy": self._in_force_policy,
                                    "in_force_interface": kept.interface if kept else None,
                                    "in_force_total_bps": kept.total_bps if kept else None}
         tail = f"; {self._in_force_policy} plan on {kept.interface} stays" if kept else ""
-        return Decision(NAME, now, action, f"network QoS not changed: {error}{tail}", numbers)
+        return self._decide(action, f"network QoS not changed: {error}{tail}", numbers, reason=reason, at=now)
 
 
 def _bandwidth(rates: ClassRates, ips: list[str]) -> ClassBandwidth:

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+from koordlet import plugins
 from koordlet.qosmanager.framework import Options, Strategy
-from koordlet.qosmanager.plugins.resctrl.strategy import GATE, NAME, POD_GATE, ResctrlQoS
+from koordlet.qosmanager.plugins.resctrl.strategy import NAME, ResctrlQoS
 
-__all__ = ["GATE", "NAME", "POD_GATE", "ResctrlQoS", "new"]
+__all__ = ["NAME", "PLUGIN", "ResctrlQoS", "new"]
 
 
 def new(options: Options) -> Strategy:
     return ResctrlQoS(options)
+
+
+PLUGIN: plugins.Plugin[Options, Strategy] = plugins.Plugin(NAME, new)

@@ -35,16 +35,16 @@ from typing import Any
 from koordlet.apis.extension import QoSClass
 from koordlet.apis.nodeslo import (
     NodeSLOSpec,
-    ResctrlQOSCfg,
     ResourceQOSStrategy,
     default_resource_qos_strategy,
 )
 from koordlet.apis.tenantpolicy import pod_group_room
+from koordlet.config import gates
 from koordlet.errors import CgroupGone, KoordletError
-from koordlet.qosmanager.framework import Decision, Options
-from koordlet.qosmanager.plugins.resctrl import annotation
-from koordlet.qosmanager.plugins.resctrl.host import HostError, HostInfo, read_host, read_num_closids
-from koordlet.qosmanager.plugins.resctrl.schemata import (
+from koordlet.isolation.resctrl import annotation
+from koordlet.isolation.resctrl.host import HostError, HostInfo, read_host, read_num_closids
+from koordlet.isolation.resctrl.policy import CLASS_GROUPS, POD_GROUP_PREFIX, class_cfg, class_field, pod_group
+from koordlet.isolation.resctrl.schemata import (
     PlanError,
     Schemata,
     cat_mask,
@@ -53,38 +53,18 @@ from koordlet.qosmanager.plugins.resctrl.schemata import (
     mb_value,
     uniform,
 )
-from koordlet.resourceexecutor import Outcome
-from koordlet.resourceexecutor.resctrl import ResctrlExecutor, ResctrlResult, TaskAssignment
+from koordlet.isolation.slo import qos_strategy
+from koordlet.qosmanager.framework import Action, Decider, Decision, Options
+from koordlet.resourceexecutor import Outcome, Result
+from koordlet.resourceexecutor.resctrl import ResctrlExecutor
 from koordlet.statesinformer.framework import PodMeta
+from koordlet.system.resources import TASKS
 
 log = logging.getLogger(__name__)
 
 NAME = "resctrl"
-GATE = "RdtResctrl"
-POD_GATE = "Resctrl"
-TASKS = "tasks"
-POD_GROUP_PREFIX = "koordlet-"
 NO_BACKEND = "no resctrl executor: the agent started without one"
-CLASS_GROUPS = ("LSR", "LS", "BE")
-_FIELDS = {"LSR": ("lsrClass", "lsr_class"), "LS": ("lsClass", "ls_class"), "BE": ("beClass", "be_class")}
 _GROUP_OF = {QoSClass.LSE: "LSR", QoSClass.LSR: "LSR", QoSClass.LS: "LS", QoSClass.BE: "BE"}
-
-
-def qos_strategy(slo: NodeSLOSpec) -> ResourceQOSStrategy:
-    return slo.resource_qos_strategy or default_resource_qos_strategy()
-
-
-def class_cfg(strategy: ResourceQOSStrategy, group: str) -> ResctrlQOSCfg | None:
-    cls = getattr(strategy, _FIELDS[group][1])
-    return None if cls is None else cls.resctrl_qos
-
-
-def class_field(group: str) -> str:
-    return f"resourceQOSStrategy.{_FIELDS[group][0]}.resctrlQOS"
-
-
-def pod_group(uid: str) -> str:
-    return POD_GROUP_PREFIX + uid
 
 
 @dataclass(frozen=True)
@@ -103,8 +83,8 @@ class ClassPlan:
 @dataclass
 class _Round:
     now: float
-    results: list[ResctrlResult] = field(default_factory=list)
-    tasks: dict[str, TaskAssignment] = field(default_factory=dict)
+    results: list[Result] = field(default_factory=list)
+    tasks: dict[str, Result] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
     reset: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -126,6 +106,7 @@ class ResctrlQoS:
         """Class groups it wrote schemata to (reset or removed when their class is switched off)."""
         self._reported: str | None = None
         self._last_error: str | None = None
+        self._decide = Decider(NAME, log, options.clock)
         self._pod_errors: set[str] = set()
         """Annotation errors already logged (each is logged once while it lasts)."""
         self._closid_refusals: set[str] = set()
@@ -165,18 +146,18 @@ class ResctrlQoS:
         pods = [p for p in self.options.informer.pods() if not p.pod.terminated]
         pod_plans = self._plan_pods(rnd, host, pods) if self._pods_on() else {}
         self._apply(rnd, executor, host, plans, pod_plans, pods)
-        return self._decide(rnd, host, plans, pod_plans)
+        return self._reconciled(rnd, host, plans, pod_plans)
 
     # ------------------------------------------------------------------------------------------ planning
 
     def _classes_on(self, slo: NodeSLOSpec) -> list[str]:
-        if not self.options.gates.get(GATE, False):
+        if not gates.enabled(self.options.gates, gates.RDT_RESCTRL):
             return []
         strategy = qos_strategy(slo)
         return [g for g in CLASS_GROUPS if (cfg := class_cfg(strategy, g)) is not None and cfg.enable is True]
 
     def _pods_on(self) -> bool:
-        return bool(self.options.gates.get(POD_GATE, False))
+        return gates.enabled(self.options.gates, gates.RESCTRL)
 
     def _plan_class(self, host: HostInfo, strategy: ResourceQOSStrategy, group: str) -> ClassPlan:
         where = class_field(group)
@@ -361,10 +342,10 @@ class ResctrlQoS:
         numbers = {"host": host.numbers(), "removed": rnd.removed, "reset": rnd.reset, **_counts(rnd),
                    "problems": rnd.problems}
         if not rnd.removed and not rnd.reset and not rnd.problems:
-            return Decision(NAME, now, "none", "resctrl QoS off: no group of ours left", numbers)
+            return self._decide(Action.NONE, "resctrl QoS off: no group of ours left", numbers, at=now)
         summary = (f"resctrl QoS off: removed {_list(rnd.removed)}, reset {_list(rnd.reset)} to the full cache and "
                    f"bandwidth{_tail(rnd)}")
-        return Decision(NAME, now, "recover", summary, numbers)
+        return self._decide(Action.RECOVER, summary, numbers, at=now)
 
     # ------------------------------------------------------------------------------------------ decisions
 
@@ -375,23 +356,24 @@ class ResctrlQoS:
         if not enabled:
             self._created.clear()
             self._configured.clear()
-            return Decision(NAME, now, "none", f"resctrl QoS off; nothing to undo: {reason}", {"reason": reason})
-        return Decision(NAME, now, "unsupported", f"resctrl QoS not applied: {reason}", {"reason": reason})
+            return self._decide(Action.NONE, f"resctrl QoS off; nothing to undo: {reason}", {"reason": reason},
+                                at=now)
+        return self._decide(Action.UNSUPPORTED, f"resctrl QoS not applied: {reason}", {"reason": reason}, at=now)
 
     def _rejected(self, now: float, error: str, host: Mapping[str, Any]) -> Decision:
         if error != self._last_error:
             self._last_error = error
             log.warning("resctrl QoS configuration rejected, the schemata in force stay", extra={"error": error})
-        return Decision(NAME, now, "error", f"resctrl QoS not changed: {error}",
-                        {"error": error, "host": dict(host), "in_force": sorted(self._configured)})
+        return self._decide(Action.ERROR, f"resctrl QoS not changed: {error}",
+                            {"error": error, "host": dict(host), "in_force": sorted(self._configured)}, at=now)
 
-    def _decide(self, rnd: _Round, host: HostInfo, plans: Sequence[ClassPlan],
-                pod_plans: Mapping[str, Schemata | None]) -> Decision:
+    def _reconciled(self, rnd: _Round, host: HostInfo, plans: Sequence[ClassPlan],
+                    pod_plans: Mapping[str, Schemata | None]) -> Decision:
         counts = _counts(rnd)
         classes = {p.group: p.numbers() for p in plans}
         pods = {pod_group(uid): (s.numbers() | {"lines": s.lines()} if s is not None else None)
                 for uid, s in sorted(pod_plans.items())}
-        tasks = {g: {"assigned": len(t.assigned), "already": len(t.already), "gone": len(t.gone),
+        tasks = {g: {"assigned": len(t.applied), "already": len(t.already), "gone": len(t.gone),
                      "failed": len(t.failed)} for g, t in sorted(rnd.tasks.items())}
         numbers = {"host": host.numbers(), "classes": classes, "pods": pods, "tasks": tasks, "removed": rnd.removed,
                    "reset": rnd.reset, **counts, "errors": rnd.errors, "problems": rnd.problems}
@@ -402,16 +384,16 @@ class ResctrlQoS:
             parts.append(f"removed {_list(rnd.removed)}")
         if rnd.reset:
             parts.append(f"reset {_list(rnd.reset)}")
-        moved = sum(len(t.assigned) for t in rnd.tasks.values())
+        moved = sum(len(t.applied) for t in rnd.tasks.values())
         parts.append(f"{counts['writes']} schemata writes, {moved} tasks moved{_tail(rnd)}")
         parts += rnd.errors
         if rnd.errors:
-            action = "error"
+            action = Action.ERROR
         elif counts["writes"] or moved or rnd.removed or rnd.reset:
-            action = "reconcile"
+            action = Action.RECONCILE
         else:
-            action = "none"
-        return Decision(NAME, rnd.now, action, "resctrl: " + "; ".join(parts), numbers)
+            action = Action.NONE
+        return self._decide(action, "resctrl: " + "; ".join(parts), numbers, at=rnd.now)
 
 
 def _counts(rnd: _Round) -> dict[str, int]:

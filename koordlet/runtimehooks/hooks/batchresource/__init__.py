@@ -33,7 +33,10 @@ from typing import Any
 
 from koordlet.apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, QoSClass
 from koordlet.apis.pod import Container, Pod, Resources, resources_from_json
+from koordlet.config import gates
 from koordlet.errors import KoordletError, ParseError
+from koordlet.plugins import Plugin
+from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook, HookContext, Stage, load_json
 
 NAME = "batchresource"
@@ -166,6 +169,9 @@ def run(ctx: HookContext) -> None:
         ctx.set("memory_limit", limits.batch_memory_bytes)
 
 
-def new() -> Hook:
+def new(deps: HookDeps) -> Hook:
     return Hook(NAME, "BE pod and container cpu.shares, cfs quota and memory limit from batch resources", STAGES,
                 run)
+
+
+PLUGIN: Plugin[HookDeps, Hook] = Plugin(NAME, new, gate=gates.BATCH_RESOURCE)

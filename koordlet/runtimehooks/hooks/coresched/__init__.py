@@ -3,9 +3,9 @@ started container's tasks join their pod's core-scheduling group right away inst
 round of the ``coresched`` QoS strategy.
 
 Runs while the gate is on and ``resourceQOSStrategy.policies.cpuPolicy`` is ``coreSched``, with the
-groups of :mod:`koordlet.qosmanager.plugins.coresched.rules` (group id label, ``core-sched-policy``
+groups of :mod:`koordlet.isolation.coresched.rules` (group id label, ``core-sched-policy``
 label, ``-expeller`` suffix, SYSTEM keeps cookie 0) and the cookie bookkeeping of
-:class:`~koordlet.qosmanager.plugins.coresched.cookies.CookieBook`, so the hook and the strategy name
+:class:`~koordlet.isolation.coresched.cookies.CookieBook`, so the hook and the strategy name
 the same groups:
 
 * PostStartContainer: the tasks in the container cgroup's ``cgroup.procs`` get the group's cookie
@@ -28,14 +28,14 @@ stay (prctl cannot be undone atomically) and the strategy's next round puts the 
 
 from __future__ import annotations
 
-import errno
 import os
 
 from koordlet.apis.extension import QoSClass
-from koordlet.errors import KoordletError
-from koordlet.qosmanager.plugins.coresched import rules
-from koordlet.qosmanager.plugins.coresched.cookies import CookieBook, Tally
-from koordlet.qosmanager.plugins.coresched.strategy import GATE
+from koordlet.config import gates
+from koordlet.errors import GONE_ERRNOS, KoordletError
+from koordlet.isolation.coresched import rules
+from koordlet.isolation.coresched.cookies import CookieBook, Tally
+from koordlet.plugins import Plugin
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook, HookContext, HookRequest, Stage
 from koordlet.statesinformer.framework import PodMeta
@@ -46,13 +46,14 @@ from koordlet.system.kubepaths import (
     parse_container_id,
 )
 from koordlet.system.layout import CgroupLayout
+from koordlet.system.resources import CPU_IDLE
 
 NAME = "coresched"
+GATE = gates.CORE_SCHED
 STAGES = frozenset({Stage.PRE_RUN_POD_SANDBOX, Stage.POST_START_CONTAINER})
-CPU_IDLE = "cpu_idle"
 PROCS_FILE = "cgroup.procs"
 
-__all__ = ["GATE", "NAME", "STAGES", "CoreSchedHook", "container_dir", "new", "read_pids"]
+__all__ = ["GATE", "NAME", "PLUGIN", "STAGES", "CoreSchedHook", "container_dir", "new", "read_pids"]
 
 
 def container_dir(layout: CgroupLayout, pod_dir: str, container_id: str) -> str | None:
@@ -83,7 +84,7 @@ def read_pids(layout: CgroupLayout, rel_dir: str) -> list[int]:
         with open(path, encoding="ascii", errors="replace") as f:
             text = f.read()
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENODEV):
+        if exc.errno in GONE_ERRNOS:
             return []
         raise KoordletError(f"{path}: cannot read: {exc}") from None
     pids: list[int] = []
@@ -104,7 +105,7 @@ class CoreSchedHook:
         self.book = book
 
     def _rule(self) -> rules.Rule | None:
-        if not self.deps.gates.get(GATE, False):
+        if not gates.enabled(self.deps.gates, GATE):
             return None
         slo = self.deps.nodeslo()
         if slo is None or rules.cpu_policy(slo) != rules.CPU_POLICY_CORE_SCHED:
@@ -127,7 +128,7 @@ class CoreSchedHook:
         return executor.unsupported_reason
 
     def _pod_idle(self, rule: rules.Rule, ctx: HookContext) -> None:
-        if not self.deps.probes.get(CPU_IDLE, False):
+        if not self.deps.probes.get(CPU_IDLE.key, False):
             return
         pod = ctx.request.pod_with_kube_qos()
         qos = pod.qos
@@ -167,8 +168,12 @@ class CoreSchedHook:
             raise KoordletError(f"{where}: core sched group {verdict.group!r}: {'; '.join(tally.failures)}")
 
 
-def new(deps: HookDeps, book: CookieBook | None = None) -> Hook:
-    """``book``: the cookie book to use, ideally the ``coresched`` strategy's, so both hand out one cookie
-    per group; a book of its own otherwise."""
+def new(deps: HookDeps) -> Hook:
+    """The hook with ``deps.cookies``, ideally the ``coresched`` strategy's book, so both hand out one
+    cookie per group; a book of its own otherwise."""
     return Hook(NAME, "core sched cookie of the pod's group for a started container; pod cpu.idle", STAGES,
-                CoreSchedHook(deps, book))
+                CoreSchedHook(deps, deps.cookies))
+
+
+# No registration gate: the hook checks its gate itself, per request, with the NodeSLO's CPU policy.
+PLUGIN: Plugin[HookDeps, Hook] = Plugin(NAME, new)

@@ -30,9 +30,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from koordlet.apis import gojson
 from koordlet.apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_QOS, QoSClass, qos_from_label
 from koordlet.apis.pod import Pod
+from koordlet.config import gates
 from koordlet.errors import KoordletError
+from koordlet.plugins import Plugin
+from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook, HookContext, Stage, load_json
 from koordlet.system.kubepaths import KubeQoS
 from koordlet.system.validators import parse_cpulist
@@ -60,12 +64,13 @@ class SharedPool:
     cpuset: str
 
 
-def _check_cpulist(text: str, where: str) -> str:
-    try:
+def _cpulist_field(value: object, where: str) -> str:
+    """The cpu list string ``value``, checked and stripped (the hook hands the text on, not the ids)."""
+    def checked(text: str) -> str:
         parse_cpulist(text)
-    except ValueError as exc:
-        raise KoordletError(f"{where} {text!r}: {exc}") from None
-    return text.strip()
+        return text.strip()
+
+    return gojson.parsed(value, where, checked, KoordletError)
 
 
 def _int_field(value: object, where: str) -> int:
@@ -84,24 +89,13 @@ def resource_status(pod: Pod) -> ResourceStatus:
     if not raw:
         return ResourceStatus()
     where = f"pod {pod.key}: annotation {ANNOTATION_RESOURCE_STATUS}"
-    status = load_json(raw, where)
-    if not isinstance(status, dict):
-        raise KoordletError(f"{where}: expected a JSON object")
+    status = gojson.load_object(raw, where, KoordletError)
     cpuset = status.get("cpuset")
-    if cpuset is None:
-        cpuset = ""
-    if not isinstance(cpuset, str):
-        raise KoordletError(f"{where}: cpuset: expected a string, got {cpuset!r}")
-    cpuset = _check_cpulist(cpuset, f"{where}: cpuset")
-    numa = status.get("numaNodeResources")
-    if numa is None:
-        numa = []
-    if not isinstance(numa, list):
-        raise KoordletError(f"{where}: numaNodeResources: expected a list")
+    cpuset = _cpulist_field("" if cpuset is None else cpuset, f"{where}: cpuset")
+    numa = gojson.array(status.get("numaNodeResources"), f"{where}: numaNodeResources", KoordletError)
     nodes: list[int] = []
-    for i, entry in enumerate(numa):
-        if not isinstance(entry, dict):
-            raise KoordletError(f"{where}: numaNodeResources[{i}]: expected an object")
+    for i, item in enumerate(numa):
+        entry = gojson.mapping(item, f"{where}: numaNodeResources[{i}]", KoordletError, optional=False)
         nodes.append(_int_field(entry.get("node", 0), f"{where}: numaNodeResources[{i}].node"))
     return ResourceStatus(cpuset, tuple(nodes))
 
@@ -113,15 +107,11 @@ def shared_pools(raw: str, pod: Pod) -> list[SharedPool]:
     if not isinstance(value, list):
         raise KoordletError(f"{where}: expected a JSON list")
     pools: list[SharedPool] = []
-    for i, entry in enumerate(value):
-        if not isinstance(entry, dict):
-            raise KoordletError(f"{where}: [{i}]: expected an object")
-        cpuset = entry.get("cpuset", "")
-        if not isinstance(cpuset, str):
-            raise KoordletError(f"{where}: [{i}].cpuset: expected a string, got {cpuset!r}")
+    for i, item in enumerate(value):
+        entry = gojson.mapping(item, f"{where}: [{i}]", KoordletError, optional=False)
         pools.append(SharedPool(socket=_int_field(entry.get("socket", 0), f"{where}: [{i}].socket"),
                                 node=_int_field(entry.get("node", 0), f"{where}: [{i}].node"),
-                                cpuset=_check_cpulist(cpuset, f"{where}: [{i}].cpuset")))
+                                cpuset=_cpulist_field(entry.get("cpuset", ""), f"{where}: [{i}].cpuset")))
     return pools
 
 
@@ -170,9 +160,11 @@ class CpusetHook:
             ctx.set("cpu_quota", UNSET_QUOTA)
 
 
-def new(shared_pools_source: SharedPoolsSource | None = None) -> Hook:
-    """The hook; ``shared_pools_source`` returns the node's ``node.koordinator.sh/cpu-shared-pools``
-    annotation text, or None when the node topology is not known yet."""
-    hook = CpusetHook(shared_pools_source)
+def new(deps: HookDeps) -> Hook:
+    """The hook reading the node's shared pools from ``deps.shared_pools``."""
+    hook = CpusetHook(deps.shared_pools)
     return Hook(NAME, "container cpuset.cpus from the pod's CPU binding, the shared pools, \"\" for BE",
                 STAGES, hook.run)
+
+
+PLUGIN: Plugin[HookDeps, Hook] = Plugin(NAME, new, gate=gates.CPU_SET_ALLOCATOR)

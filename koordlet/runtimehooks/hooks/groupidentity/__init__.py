@@ -35,24 +35,26 @@ so switching the class off undoes it.  Non-BE pods are left alone, and so is eve
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from koordlet.apis.extension import LABEL_QOS, QoSClass, qos_from_label
 from koordlet.apis.nodeslo import CPUQOSCfg, NodeSLOSpec, ResourceQOS, default_resource_qos_strategy
 from koordlet.apis.pod import Pod
+from koordlet.config import gates
 from koordlet.errors import KoordletError
+from koordlet.plugins import Plugin
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook, HookContext, HookRequest, Stage, load_json
 from koordlet.system.kubepaths import KubeQoS
+from koordlet.system.resources import CPU_BVT_WARP_NS, CPU_IDLE
 
 NAME = "groupidentity"
-GATE = "GroupIdentity"
+GATE = gates.GROUP_IDENTITY
 STAGES = frozenset({Stage.PRE_RUN_POD_SANDBOX})
 POLICY_GROUP_IDENTITY = "groupIdentity"
 ANNOTATION_CPU_QOS = "koordinator.sh/cpuQOS"
-BVT = "cpu_bvt_warp_ns"
-CPU_IDLE = "cpu_idle"
 NONE_BVT = 0
 """Koordinator ``NoneCPUQOS().GroupIdentity``: the kernel default, "no identity"."""
 LOWEST_BVT = -1
@@ -148,18 +150,19 @@ def is_be(request: HookRequest) -> bool:
 
 
 def run(deps: HookDeps, ctx: HookContext) -> None:
-    if not deps.gates.get(GATE, False):
+    if not gates.enabled(deps.gates, GATE):
         return
     slo = deps.nodeslo()
     if slo is None:
         return
-    has_bvt, has_idle = deps.probes.get(BVT, False), deps.probes.get(CPU_IDLE, False)
+    has_bvt = deps.probes.get(CPU_BVT_WARP_NS.key, False)
+    has_idle = deps.probes.get(CPU_IDLE.key, False)
     if not has_bvt and not has_idle:
         return
     rule = rule_of(slo)
     value = pod_bvt(rule, ctx.request)
     if has_bvt:
-        ctx.write(BVT, value)
+        ctx.write(CPU_BVT_WARP_NS, value)
         return
     if rule.group_identity and is_be(ctx.request):
         ctx.write(CPU_IDLE, 1 if value == LOWEST_BVT else 0)
@@ -167,4 +170,9 @@ def run(deps: HookDeps, ctx: HookContext) -> None:
 
 def new(deps: HookDeps) -> Hook:
     return Hook(NAME, "pod cpu.bvt_warp_ns by QoS class (cpu.idle=1 for BE where bvt is missing)", STAGES,
-                lambda ctx: run(deps, ctx))
+                functools.partial(run, deps))
+
+
+# No registration gate: the hook checks its gate itself, per request, with the NodeSLO policy and the host
+# probes it depends on as well.
+PLUGIN: Plugin[HookDeps, Hook] = Plugin(NAME, new)

@@ -28,7 +28,10 @@ from __future__ import annotations
 import re
 
 from koordlet.apis.pod import Pod
+from koordlet.config import gates
 from koordlet.errors import KoordletError
+from koordlet.plugins import Plugin
+from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook, HookContext, Stage, load_json
 
 NAME = "oomscoreadj"
@@ -82,5 +85,8 @@ def run(ctx: HookContext) -> None:
         ctx.set("oom_score_adj", value)
 
 
-def new() -> Hook:
+def new(deps: HookDeps) -> Hook:
     return Hook(NAME, "container oom_score_adj from the koordinator.sh/oom-score-adj(-spec) annotations", STAGES, run)
+
+
+PLUGIN: Plugin[HookDeps, Hook] = Plugin(NAME, new, gate=gates.OOM_SCORE_ADJ)

@@ -3,7 +3,7 @@ default; the class groups are the ``resctrl`` QoS strategy's, gate ``RdtResctrl`
 memory bandwidth of a pod from its first process on.
 
 * PreRunPodSandbox: a pod annotated ``node.koordinator.sh/resctrl`` gets its control group
-  ``koordlet-<uid>`` with the annotation's schemata (:mod:`koordlet.qosmanager.plugins.resctrl.annotation`,
+  ``koordlet-<uid>`` with the annotation's schemata (:mod:`koordlet.isolation.resctrl.annotation`,
   the same parsing and arithmetic as the strategy, which keeps the group right afterwards) — upstream
   ``SetPodResctrlResourcesForHooks``.
 * PreCreateContainer: ``rdt_class`` = the pod's group for an annotated pod (upstream
@@ -26,26 +26,35 @@ schemata write the kernel refused.
 
 from __future__ import annotations
 
+import functools
+
 from koordlet.apis.extension import QoSClass
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.pod import Pod
 from koordlet.apis.tenantpolicy import KEY_POD_RESCTRL, Refusal, pod_group_room
+from koordlet.config import gates
 from koordlet.errors import KoordletError
-from koordlet.qosmanager.plugins.resctrl import annotation
-from koordlet.qosmanager.plugins.resctrl.host import HostError, read_host, read_num_closids
-from koordlet.qosmanager.plugins.resctrl.schemata import PlanError
-from koordlet.qosmanager.plugins.resctrl.strategy import GATE, POD_GATE, class_cfg, pod_group, qos_strategy
+from koordlet.isolation.resctrl import annotation
+from koordlet.isolation.resctrl.host import HostError, read_host, read_num_closids
+from koordlet.isolation.resctrl.policy import class_cfg, pod_group
+from koordlet.isolation.resctrl.schemata import PlanError
+from koordlet.isolation.slo import qos_strategy
+from koordlet.plugins import Plugin
 from koordlet.resourceexecutor import Outcome
 from koordlet.resourceexecutor.resctrl import ResctrlExecutor
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook, HookContext, Stage
 
 NAME = "resctrl"
+GATE = gates.RDT_RESCTRL
+"""Class groups: the strategy's gate, so the hook places containers only in groups the strategy keeps."""
+POD_GATE = gates.RESCTRL
+"""Per-pod groups from the annotation."""
 STAGES = frozenset({Stage.PRE_RUN_POD_SANDBOX, Stage.PRE_CREATE_CONTAINER, Stage.PRE_REMOVE_POD_SANDBOX})
 DEFAULT_CPUINFO = "/proc/cpuinfo"
 _CLASS_GROUP = {QoSClass.LSE: "LSR", QoSClass.LSR: "LSR", QoSClass.LS: "LS", QoSClass.BE: "BE"}
 
-__all__ = ["GATE", "NAME", "POD_GATE", "STAGES", "class_group", "new", "run"]
+__all__ = ["GATE", "NAME", "PLUGIN", "POD_GATE", "STAGES", "class_group", "new", "run"]
 
 
 def class_group(slo: NodeSLOSpec | None, qos: QoSClass) -> str | None:
@@ -113,7 +122,7 @@ def run(deps: HookDeps, ctx: HookContext) -> None:
         return
     request = ctx.request
     pod = request.pod
-    pods_on = bool(deps.gates.get(POD_GATE, False))
+    pods_on = gates.enabled(deps.gates, POD_GATE)
     text = pod.annotations.get(annotation.ANNOTATION_RESCTRL) if pods_on else None
     if text is not None and request.stage in (Stage.PRE_RUN_POD_SANDBOX, Stage.PRE_CREATE_CONTAINER):
         text = text if _room(deps, executor, pod) else None
@@ -124,7 +133,7 @@ def run(deps: HookDeps, ctx: HookContext) -> None:
         if text is not None:
             ctx.set("rdt_class", _ensure_pod_group(deps, executor, pod, text))
             return
-        if not deps.gates.get(GATE, False):
+        if not gates.enabled(deps.gates, GATE):
             return
         group = class_group(deps.nodeslo(), request.qos)
         # runc refuses a container whose class does not exist; until the strategy made it, none.
@@ -141,4 +150,9 @@ def run(deps: HookDeps, ctx: HookContext) -> None:
 
 def new(deps: HookDeps) -> Hook:
     return Hook(NAME, "per-pod resctrl group from node.koordinator.sh/resctrl; container rdt_class", STAGES,
-                lambda ctx: run(deps, ctx))
+                functools.partial(run, deps))
+
+
+# No registration gate: two gates decide per stage what the hook does, and a pod group must still be removed
+# after its gate was turned off.
+PLUGIN: Plugin[HookDeps, Hook] = Plugin(NAME, new)

@@ -20,18 +20,21 @@ host has ``net_cls`` (probe ``net_cls_classid``; a v1 controller, absent on pure
 
 from __future__ import annotations
 
+import functools
+
 from koordlet.apis.extension import QoSClass
-from koordlet.qosmanager.plugins.netqos.strategy import GATES, policy_of
+from koordlet.config import gates
+from koordlet.isolation.netqos.policy import POLICY_TC, policy_of
+from koordlet.plugins import Plugin
 from koordlet.resourceexecutor.tc import CLASS_MINOR
 from koordlet.resourceexecutor.tc_netlink import ROOT_HANDLE
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook, HookContext, Stage
+from koordlet.system.resources import NET_CLS_CLASSID
 
 NAME = "tc"
-POLICY_TC = "tc"
-GATE = GATES[POLICY_TC]
+GATE = gates.TC_NETWORK_QOS
 STAGES = frozenset({Stage.PRE_RUN_POD_SANDBOX})
-NET_CLS_CLASSID = "net_cls_classid"
 NET_CLASS = {QoSClass.SYSTEM: "system", QoSClass.LSE: "ls", QoSClass.LSR: "ls", QoSClass.LS: "ls",
              QoSClass.BE: "be"}
 """Koordinator ``GetPodNetQoSClassByName``."""
@@ -43,7 +46,7 @@ def classid(net_class: str) -> int:
 
 
 def run(deps: HookDeps, ctx: HookContext) -> None:
-    if not deps.gates.get(GATE, False) or not deps.probes.get(NET_CLS_CLASSID, False):
+    if not gates.enabled(deps.gates, GATE) or not deps.probes.get(NET_CLS_CLASSID.key, False):
         return
     slo = deps.nodeslo()
     if slo is None or policy_of(slo) != POLICY_TC:
@@ -54,4 +57,8 @@ def run(deps: HookDeps, ctx: HookContext) -> None:
 
 
 def new(deps: HookDeps) -> Hook:
-    return Hook(NAME, "pod net_cls.classid of its tc network QoS class", STAGES, lambda ctx: run(deps, ctx))
+    return Hook(NAME, "pod net_cls.classid of its tc network QoS class", STAGES, functools.partial(run, deps))
+
+
+# No registration gate: the hook checks its gate itself, per request, with the NodeSLO's network policy.
+PLUGIN: Plugin[HookDeps, Hook] = Plugin(NAME, new)

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
+from koordlet.config.gates import BLKIO_RECONCILE as GATE
 from koordlet.qosmanager.framework import Decision
 from koordlet.qosmanager.plugins import blkio
-from koordlet.qosmanager.plugins.blkio.strategy import GATE, BlkIOReconcile, parse_limited
+from koordlet.qosmanager.plugins.blkio.strategy import BlkIOReconcile, parse_limited
 from koordlet.resourceexecutor import ResourceExecutor
 from tests.fixtures.fakehost import DEFAULT_FEATURES, FakeHost
 from tests.unit.qosmanager.blkio.fakesys import standard
@@ -147,11 +148,12 @@ def test_summary_and_steady_rounds(rig: Rig) -> None:
     slo = be(device("vda", writeBPS=MIB4, readIOPS=100))
     decision, _ = rig.run(slo)
     assert decision.summary == "blkio: BE kubepods/besteffort: 254:0 (vda) wbps=4194304 riops=100; 4 writes"
-    # Unchanged: nothing goes to the executor until the force-update interval (60 s) has passed.
+    # Unchanged: the executor skips every line (each disk's on its own) until the force-update
+    # interval (60 s) has passed.
     rig.clock.advance(30)
     decision, writes = rig.run(slo)
-    assert (decision.action, writes, decision.numbers["updates"]) == ("none", [], 0)
-    assert decision.numbers["known"] == 4
+    assert (decision.action, writes, decision.numbers["updates"]) == ("none", [], 4)
+    assert decision.numbers["unchanged"] == 4
     rig.clock.advance(31)
     decision, writes = rig.run(slo)
     assert writes == throttles(rig.mode, "254:0", wbps=MIB4, riops=100)

@@ -30,10 +30,11 @@ import yaml
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
 from koordlet.apis.pod import Resources
 from koordlet.apis.sloconfig import configmap_data_from_yaml, render_nodeslo
+from koordlet.config.gates import CGROUP_RECONCILE as GATE
 from koordlet.qosmanager.framework import Decision, Options
 from koordlet.qosmanager.plugins import cgreconcile
 from koordlet.qosmanager.plugins.cgreconcile.podconfig import ANNOTATION_MEMORY_QOS
-from koordlet.qosmanager.plugins.cgreconcile.strategy import GATE, CgroupReconcile
+from koordlet.qosmanager.plugins.cgreconcile.strategy import CgroupReconcile
 from koordlet.resourceexecutor import CgroupUpdate, Result
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.statesinformer.reservation import Reservation
@@ -241,13 +242,14 @@ def test_worked_example_lands_in_every_level(host: FakeHost, tmp_path: Path) -> 
     assert numbers["qos"][KUBEPODS]["memory_min"] == 322_122_546
 
 
-def test_unchanged_values_are_not_resent_until_the_forced_rewrite(host: FakeHost, tmp_path: Path) -> None:
+def test_unchanged_values_are_not_rewritten_until_the_forced_rewrite(host: FakeHost, tmp_path: Path) -> None:
     env = make_env(host, tmp_path, [ls_pod(), be_pod()])
     env.run()
     env.clock.advance(1)
     second = env.run()
-    assert (second.action, second.numbers["writes"], second.numbers["known"]) == ("none", 0, 49)
-    assert len(env.executor.batches) == 1  # nothing to hand over
+    # Every value goes to the executor every round; it skips what it wrote moments ago.
+    assert (second.action, second.numbers["writes"], second.numbers["unchanged"]) == ("none", 0, 49)
+    assert len(env.executor.batches) == 2 and len(env.executor.batches[-1]) == 49
     env.clock.advance(env.options.config.resource_force_update_seconds)
     third = env.run()
     assert third.numbers["writes"] == 49
@@ -277,11 +279,11 @@ def test_changes_to_the_slo_or_the_pod_are_followed(host: FakeHost, tmp_path: Pa
     assert env.values(LS_MAIN, ("memory_min", "memory_low", "memory_high")) == {
         "memory_min": GI, "memory_low": GI, "memory_high": 2 * GI}
     assert env.values(BURSTABLE, ("memory_min", "memory_low")) == {"memory_min": GI, "memory_low": GI}
-    # Only what changed went to the executor: min, low, high of the container and min, low of the pod,
-    # burstable and kubepods; the other values of the container (9), pod (8), kubepods, burstable and
-    # besteffort (5 each: BE is on although it has no pod) were known: 32 - 9 = 23.
-    assert len(env.executor.batches[-1]) == 9
-    assert decision.numbers["known"] == 23
+    # Only what changed was written: min, low, high of the container and min, low of the pod, burstable
+    # and kubepods; the other values of the container (9), pod (8), kubepods, burstable and besteffort
+    # (5 each: BE is on although it has no pod) were already in place: 32 - 9 = 23.
+    assert len(env.executor.batches[-1]) == 32
+    assert (decision.numbers["writes"], decision.numbers["unchanged"]) == (9, 23)
 
 
 def test_restarted_container_gets_values_in_its_new_cgroup(host: FakeHost, tmp_path: Path) -> None:
@@ -293,9 +295,9 @@ def test_restarted_container_gets_values_in_its_new_cgroup(host: FakeHost, tmp_p
     host.mkdir_cgroup(f"{LS_POD}/ls-main2")
     env.informer.pod_list[0] = restarted
     env.clock.advance(1)
-    env.run()
+    decision = env.run()
     assert env.values(f"{LS_POD}/ls-main2") == LS_CONTAINER
-    assert len(env.executor.batches[-1]) == 9  # the new container only; the rest is known
+    assert decision.numbers["writes"] == 9  # the new container only; the rest is in place
 
 
 @pytest.mark.parametrize(("page_size", "high"), [(4096, 1_932_734_464), (65536, 1_932_722_176)])
@@ -437,10 +439,10 @@ def test_pod_switched_to_none_is_reset(host: FakeHost, tmp_path: Path) -> None:
                                                                    "memory_low": 214_748_364}
     assert decision.numbers["reset_pods"] == ["default/ls"]
     assert "1 pods reset" in decision.summary
-    # Reset once, not every round, and nothing of the reset pod is remembered.
+    # Reset once, not every round, and the reset pod's cgroups are left alone from then on.
     env.clock.advance(1)
     assert env.run().numbers["reset_pods"] == []
-    assert not {LS_POD, LS_MAIN} & set(env.strategy._sent)
+    assert not {LS_POD, LS_MAIN} & {u.rel_dir for u in env.executor.batches[-1]}
 
 
 def test_disable_resets_everything_it_set(host: FakeHost, tmp_path: Path) -> None:
@@ -506,7 +508,7 @@ def test_v2_without_anolis_reports_each_missing_file_once(tmp_path: Path, monkey
         "memory.wmark_ratio unsupported on this kernel (cgroup v2 without Anolis)")
     assert "5 resources unsupported" in decision.summary
     assert decision.numbers["problems"] == []
-    assert {u.resource for u in env.executor.batches[0]} == {"memory_min", "memory_low", "memory_high",
+    assert {u.key for u in env.executor.batches[0]} == {"memory_min", "memory_low", "memory_high",
                                                              "memory_oom_group"}
     assert env.values(LS_MAIN, ("memory_min", "memory_low", "memory_high", "memory_oom_group")) == {
         k: LS_CONTAINER[k] for k in ("memory_min", "memory_low", "memory_high", "memory_oom_group")}

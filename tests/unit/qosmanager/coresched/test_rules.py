@@ -8,8 +8,8 @@ import pytest
 
 from koordlet.apis.extension import LABEL_CORE_SCHED_GROUP, QoSClass
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
-from koordlet.qosmanager.plugins.coresched import rules
-from koordlet.qosmanager.plugins.coresched.rules import LABEL_CORE_SCHED_POLICY, ClassParam
+from koordlet.isolation.coresched import rules
+from koordlet.isolation.coresched.rules import LABEL_CORE_SCHED_POLICY, ClassParam
 from tests.unit.qosmanager.fakes import make_pod
 
 

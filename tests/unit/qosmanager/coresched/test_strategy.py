@@ -16,10 +16,11 @@ import pytest
 
 from koordlet.apis.extension import LABEL_CORE_SCHED_GROUP
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
+from koordlet.config.gates import CORE_SCHED as GATE
+from koordlet.isolation.coresched.rules import LABEL_CORE_SCHED_POLICY
 from koordlet.qosmanager.framework import Decision
 from koordlet.qosmanager.plugins import coresched
-from koordlet.qosmanager.plugins.coresched.rules import LABEL_CORE_SCHED_POLICY
-from koordlet.qosmanager.plugins.coresched.strategy import GATE, NO_BACKEND, CoreSched
+from koordlet.qosmanager.plugins.coresched.strategy import NO_BACKEND, CoreSched
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.resources import REGISTRY

@@ -59,11 +59,15 @@ class RecordingExecutor:
 
     inner: Any
     batches: list[list[tuple[str, str, object]]] = field(default_factory=list)
+    written: list[list[tuple[str, str, object]]] = field(default_factory=list)
+    """Per batch, the updates the executor wrote (not skipped as unchanged, not refused)."""
 
     def apply(self, updates: Iterable[CgroupUpdate]) -> list[Result]:
         batch = list(updates)
-        self.batches.append([(u.resource, u.rel_dir, u.value) for u in batch])
+        self.batches.append([(u.key, u.rel_dir, u.value) for u in batch])
         results: list[Result] = self.inner.apply(batch)
+        self.written.append([(r.update.key, r.update.rel_dir, r.update.value) for r in results
+                             if r.outcome is Outcome.WRITTEN])
         return results
 
     def forget(self, path: str | None = None) -> None:
@@ -370,7 +374,10 @@ def test_known_values_spare_reads_and_writes_until_the_refresh(fake_cgroup_host:
     for _ in range(3):
         decision = w.run(advance=10)  # not throttled: remain
         assert decision.summary == "share pool 25% (idle): no change"
-    assert len(w.executor.batches) == batches  # no update at all: bursts known, quotas unchanged
+    # No quota update (quotas unchanged, the one changed behind our back not read yet); the bursts go
+    # to the executor, which skips them as unchanged.
+    assert all(key == "cpu_cfs_burst" for batch in w.executor.batches[batches:] for key, _, _ in batch)
+    assert w.executor.written[batches:] == [[]] * 3
     assert w.quota() == 200_000  # not read yet
     w.run(advance=30, throttled={"ls-main": 0.3})  # 60 s after the write: read again, 200000 x 1.2
     assert (w.quota(), w.burst(), w.quota(LS)) == (240_000, 240_000, 240_000)
@@ -509,9 +516,9 @@ def test_gone_containers_are_forgotten(fake_cgroup_host: FakeHost, tmp_path: Pat
     assert w.metrics.forgotten == [("default", "web", "web-main")]
     assert set(w.strategy._buckets) == {"ls-main"}
     known = w.strategy._known
-    assert known.get("cpu_cfs_burst", MAIN) == 240_000
-    assert known.get("cpu_cfs_burst", "kubepods/burstable/poduid-web/web-main") is None
-    assert known.get("cpu_cfs_quota", "kubepods/burstable/poduid-web") is None
+    assert known.get(CPU_CFS_BURST, MAIN) == 240_000
+    assert known.get(CPU_CFS_BURST, "kubepods/burstable/poduid-web/web-main") is None
+    assert known.get(CPU_CFS_QUOTA, "kubepods/burstable/poduid-web") is None
     assert set(w.strategy._pod_slack) == {"uid-ls"}
 
 
@@ -594,7 +601,7 @@ def test_refused_burst_value_is_a_failure_not_unsupported(fake_cgroup_host: Fake
         def apply(self, updates: Iterable[CgroupUpdate]) -> list[Result]:
             results = super().apply(updates)
             return [dataclasses.replace(r, outcome=Outcome.UNSUPPORTED, error="Invalid argument")
-                    if r.update.resource == "cpu_cfs_burst" and r.update.rel_dir == MAIN else r for r in results]
+                    if r.update.key == "cpu_cfs_burst" and r.update.rel_dir == MAIN else r for r in results]
 
     refusing = Refusing(w.executor.inner)
     w.strategy.options = dataclasses.replace(w.options, executor=refusing)

@@ -89,9 +89,9 @@ def test_choose_excludes_lse_and_reserved_and_shares_lsr(pods: list, reserved: t
 @pytest.mark.parametrize(
     ("annotation", "error"),
     [
-        ("{not json", "is not JSON"),
-        ("[1, 2]", "is not a JSON object"),
-        ('{"cpuset": 3}', "is not a string"),
+        ("{not json", "resource-status: not JSON"),
+        ("[1, 2]", "resource-status: expected a JSON object"),
+        ('{"cpuset": 3}', "cpuset: expected a string"),
         ('{"cpuset": "0-x"}', "bad list element"),
     ],
 )

@@ -145,7 +145,7 @@ def test_touches_above_below_and_at() -> None:
     assert [touches(d, pinned) for d in ("kubepods", "kubepods/pod1", "kubepods/pod1/c", "kubepods/pod1/c/x",
                                          "kubepods/pod1/c2", "kubepods/pod10")] == [True, True, True, True,
                                                                                     False, False]
-    updates = [CgroupUpdate("cpuset_cpus", d, "0", "o") for d in ("kubepods/pod1", "kubepods/pod2")]
+    updates = [CgroupUpdate(CPUSET_CPUS, d, "0", "o") for d in ("kubepods/pod1", "kubepods/pod2")]
     kept, left = without_pinned(updates, pinned)
     assert ([u.rel_dir for u in kept], left) == (["kubepods/pod2"], ["kubepods/pod1"])
     assert without_pinned(updates, ()) == (updates, [])

@@ -424,7 +424,7 @@ def test_garbage_annotation_is_named_in_the_decision(fake_cgroup_host: FakeHost,
     decision = w.run()
     assert decision.action == "suppress" and decision.numbers["be_cpuset"] == "0,2,4"
     assert decision.numbers["bad_annotations"][0].startswith("default/lse: scheduling.koordinator.sh/resource-status"
-                                                             " is not JSON")
+                                                             ": not JSON")
 
 
 def test_every_cpu_exclusive_skips(fake_cgroup_host: FakeHost, tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from koordlet.errors import ParseError
-from koordlet.qosmanager.plugins.netqos.host import default_route_interface, link_speed_bps
+from koordlet.isolation.netqos.host import default_route_interface, link_speed_bps
 from tests.fixtures.fakehost import FakeHost
 
 HEAD = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"

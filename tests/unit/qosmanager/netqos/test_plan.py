@@ -10,7 +10,7 @@ import pytest
 
 from koordlet.apis.nodeslo import NetworkQOSCfg
 from koordlet.errors import ConfigError
-from koordlet.qosmanager.plugins.netqos.plan import bandwidth, class_rates, parse_total
+from koordlet.isolation.netqos.plan import bandwidth, class_rates, parse_total
 
 G = 1_000_000_000
 M = 1_000_000

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from koordlet.qosmanager.plugins.resctrl.annotation import ANNOTATION_RESCTRL
-from koordlet.qosmanager.plugins.resctrl.host import read_num_closids
-from koordlet.qosmanager.plugins.resctrl.strategy import GATE, POD_GATE, ResctrlQoS
+from koordlet.config.gates import RDT_RESCTRL as GATE
+from koordlet.config.gates import RESCTRL as POD_GATE
+from koordlet.isolation.resctrl.annotation import ANNOTATION_RESCTRL
+from koordlet.isolation.resctrl.host import read_num_closids
+from koordlet.qosmanager.plugins.resctrl.strategy import ResctrlQoS
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.qosmanager.resctrl.test_strategy import make_env, slo
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from koordlet.qosmanager.plugins.resctrl import annotation
-from koordlet.qosmanager.plugins.resctrl.annotation import PodResctrl
-from koordlet.qosmanager.plugins.resctrl.host import AMD_VENDOR_ID, INTEL_VENDOR_ID, CatInfo, HostInfo
-from koordlet.qosmanager.plugins.resctrl.schemata import PlanError, cat_mask, full, mb_value, uniform
+from koordlet.isolation.resctrl import annotation
+from koordlet.isolation.resctrl.annotation import PodResctrl
+from koordlet.isolation.resctrl.host import AMD_VENDOR_ID, INTEL_VENDOR_ID, CatInfo, HostInfo
+from koordlet.isolation.resctrl.schemata import PlanError, cat_mask, full, mb_value, uniform
 
 W11 = CatInfo("L3", 0x7FF, 1, (0, 1))
 W20 = CatInfo("L3", 0xFFFFF, 1, (0, 1))

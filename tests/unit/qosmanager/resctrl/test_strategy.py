@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from koordlet.apis.nodeslo import NodeSLOSpec, ResctrlQOSCfg, merge_over_defaults
+from koordlet.config.gates import RDT_RESCTRL as GATE
+from koordlet.config.gates import RESCTRL as POD_GATE
+from koordlet.isolation.resctrl.annotation import ANNOTATION_RESCTRL
 from koordlet.qosmanager.framework import Decision
 from koordlet.qosmanager.plugins import resctrl
-from koordlet.qosmanager.plugins.resctrl.annotation import ANNOTATION_RESCTRL
-from koordlet.qosmanager.plugins.resctrl.strategy import GATE, NO_BACKEND, POD_GATE, ResctrlQoS
+from koordlet.qosmanager.plugins.resctrl.strategy import NO_BACKEND, ResctrlQoS
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.resources import REGISTRY
 from tests.fixtures.fakehost import FakeHost

@@ -9,6 +9,7 @@ import pytest
 
 from koordlet.apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, LABEL_QOS
 from koordlet.apis.pod import Container, Pod, Resources
+from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
 from koordlet.runtimehooks.hooks import batchresource
 
@@ -19,7 +20,7 @@ def be_pod(container: Container, annotations: dict[str, str] | None = None, qos:
 
 
 def run(pod: Pod, stage: Stage = Stage.PRE_CREATE_CONTAINER) -> tuple[dict[str, object], list[str]]:
-    result = HookRunner([batchresource.new()]).run(HookRequest(stage, pod, "", pod.containers[0], "cid"))
+    result = HookRunner([batchresource.new(HookDeps())]).run(HookRequest(stage, pod, "", pod.containers[0], "cid"))
     return result.adjustment.values, result.errors
 
 
@@ -74,7 +75,7 @@ def pod_of(*containers: Container, annotations: dict[str, str] | None = None, qo
 
 
 def run_pod(pod: Pod) -> tuple[dict[str, object], list[str]]:
-    result = HookRunner([batchresource.new()]).run(
+    result = HookRunner([batchresource.new(HookDeps())]).run(
         HookRequest(Stage.PRE_RUN_POD_SANDBOX, pod, "/kubepods/besteffort/podu1"))
     return result.adjustment.values, result.errors
 

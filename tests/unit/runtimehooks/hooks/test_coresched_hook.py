@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from koordlet.apis.nodeslo import NodeSLOSpec
-from koordlet.qosmanager.plugins.coresched.cookies import CookieBook
+from koordlet.isolation.coresched.cookies import CookieBook
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor, CoreSchedScope
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage, StageResult
@@ -47,7 +47,7 @@ class Rig:
     deps: HookDeps
 
     def runner(self, book: CookieBook | None = None) -> HookRunner:
-        return HookRunner([coresched.new(self.deps, book)])
+        return HookRunner([coresched.new(dataclasses.replace(self.deps, cookies=book))])
 
     def started(self, meta: PodMeta, pids: tuple[int, ...], index: int = 0, *, runner: HookRunner | None = None,
                 strip_kube_qos: bool = True) -> StageResult:

@@ -9,6 +9,7 @@ import pytest
 
 from koordlet.apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_QOS
 from koordlet.apis.pod import Container, Pod
+from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
 from koordlet.runtimehooks.hooks import cpuset
 from koordlet.system.kubepaths import KubeQoS
@@ -26,7 +27,7 @@ def pod(qos: str | None = None, status: object = None, kube_qos: KubeQoS | None 
 
 def run(p: Pod, pools: str | None = POOLS, stage: Stage = Stage.PRE_CREATE_CONTAINER,
         ) -> tuple[dict[str, object], list[str]]:
-    hook = cpuset.new(lambda: pools)
+    hook = cpuset.new(HookDeps(shared_pools=lambda: pools))
     result = HookRunner([hook]).run(HookRequest(stage, p, "", p.containers[0], "cid"))
     return result.adjustment.values, result.errors
 
@@ -79,7 +80,8 @@ def test_left_alone(p: Pod, pools: str | None) -> None:
     (pod("BE", kube_qos=KubeQoS.BESTEFFORT), {}),
 ])
 def test_pod_stage_unsets_the_quota_of_bound_pods_only(p: Pod, expected: dict[str, object]) -> None:
-    result = HookRunner([cpuset.new(lambda: POOLS)]).run(HookRequest(Stage.PRE_RUN_POD_SANDBOX, p))
+    hook = cpuset.new(HookDeps(shared_pools=lambda: POOLS))
+    result = HookRunner([hook]).run(HookRequest(Stage.PRE_RUN_POD_SANDBOX, p))
     assert result.ran == ["cpuset"] and result.errors == []
     assert result.adjustment.values == expected
 
@@ -125,7 +127,7 @@ def test_garbage_shared_pools_do_not_matter_to_bound_or_besteffort_pods() -> Non
 
 def test_source_is_read_per_call() -> None:
     current: list[str | None] = [None]
-    hook = cpuset.new(lambda: current[0])
+    hook = cpuset.new(HookDeps(shared_pools=lambda: current[0]))
     runner = HookRunner([hook])
     p = pod("LS")
     request = HookRequest(Stage.PRE_CREATE_CONTAINER, p, "", p.containers[0], "cid")

@@ -7,6 +7,7 @@ import pytest
 
 from koordlet.apis.extension import LABEL_QOS
 from koordlet.apis.pod import Container, Pod
+from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
 from koordlet.runtimehooks.hooks import oomscoreadj
 
@@ -21,7 +22,7 @@ def pod(annotations: dict[str, str], qos: str = "LS", labels: dict[str, str] | N
 
 
 def run(p: Pod, container: int = 0, stage: Stage = Stage.PRE_CREATE_CONTAINER) -> tuple[dict[str, object], list[str]]:
-    result = HookRunner([oomscoreadj.new()]).run(HookRequest(stage, p, "", p.containers[container], "cid"))
+    result = HookRunner([oomscoreadj.new(HookDeps())]).run(HookRequest(stage, p, "", p.containers[container], "cid"))
     return result.adjustment.values, result.errors
 
 
@@ -29,7 +30,7 @@ def test_constants_match_upstream() -> None:
     assert oomscoreadj.ANNOTATION_OOM_SCORE_ADJ == ADJ
     assert oomscoreadj.ANNOTATION_OOM_SCORE_ADJ_SPEC == SPEC
     assert (oomscoreadj.OOM_SCORE_ADJ_MIN, oomscoreadj.OOM_SCORE_ADJ_MAX) == (-1000, 1000)
-    assert oomscoreadj.new().stages == frozenset({Stage.PRE_CREATE_CONTAINER})
+    assert oomscoreadj.new(HookDeps()).stages == frozenset({Stage.PRE_CREATE_CONTAINER})
 
 
 @pytest.mark.parametrize(("annotations", "container", "qos", "expected"), [
@@ -67,7 +68,7 @@ def test_a_label_is_not_read() -> None:
 def test_sandbox_and_other_stages_are_not_touched() -> None:
     p = pod({ADJ: "500"})
     for stage in (Stage.PRE_RUN_POD_SANDBOX, Stage.PRE_UPDATE_CONTAINER_RESOURCES, Stage.PRE_START_CONTAINER):
-        result = HookRunner([oomscoreadj.new()]).run(HookRequest(stage, p, "", p.containers[0], "cid"))
+        result = HookRunner([oomscoreadj.new(HookDeps())]).run(HookRequest(stage, p, "", p.containers[0], "cid"))
         assert result.ran == [] and result.adjustment.empty()
 
 

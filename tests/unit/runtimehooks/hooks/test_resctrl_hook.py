@@ -115,7 +115,7 @@ def test_class_group_when_enabled_and_made(fake_host: FakeHost) -> None:
     assert r.run(Stage.PRE_CREATE_CONTAINER, ls).adjustment.empty()  # LS not enabled
     assert r.run(Stage.PRE_CREATE_CONTAINER, lsr).adjustment.empty()  # LSR neither
     # Class gate off: nothing.
-    no_gate = dataclasses.replace(r.deps, gates={"Resctrl": True})
+    no_gate = dataclasses.replace(r.deps, gates={"Resctrl": True, "RdtResctrl": False})
     assert r.run(Stage.PRE_CREATE_CONTAINER, be, deps=no_gate).adjustment.empty()
 
 

@@ -15,7 +15,7 @@ from koordlet.resourceexecutor.tc import CLASS_MINOR, ROOT_CLASS
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
 from koordlet.runtimehooks.hooks import tc
-from koordlet.system.resources import REGISTRY
+from koordlet.system.resources import NET_CLS_CLASSID
 from tests.unit.qosmanager.test_isolation_samples import holder_spec, sample
 
 PROBES = {"net_cls_classid": True}
@@ -44,7 +44,7 @@ def test_classids_are_the_backend_handles_and_upstream_values() -> None:
     assert {name: 0x10000 | minor for name, minor in CLASS_MINOR.items()} == {
         name: tc.classid(name) for name in CLASS_MINOR}
     assert ROOT_CLASS == 0x10001 and tc.classid("ls") >> 16 == ROOT_CLASS >> 16
-    validator = REGISTRY[tc.NET_CLS_CLASSID].validator
+    validator = NET_CLS_CLASSID.validator
     assert validator is not None and validator.check(tc.classid("be")) == 0x10004  # the executor accepts it
     assert tc.GATE == "TCNetworkQoS" and tc.new(HookDeps()).stages == frozenset({Stage.PRE_RUN_POD_SANDBOX})
 

@@ -18,6 +18,7 @@ from koordlet.apis.proto.runtime.v1alpha1 import api_pb2, api_pb2_grpc
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
 from koordlet.runtimehooks.apply import Applier
+from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import FailurePolicy, Hook, HookContext, HookRunner, Stage
 from koordlet.runtimehooks.hooks import batchresource
 from koordlet.runtimehooks.hookserver import convert
@@ -51,7 +52,7 @@ PROBE = Hook("probe", "test", frozenset(Stage), probe)
 
 def start(tmp_path: Path, policy: FailurePolicy = FailurePolicy.IGNORE, proxy_policy: str = "Ignore",
           registration: bool = True) -> HookServer:
-    runner = HookRunner([batchresource.new(), PROBE], policy=policy)
+    runner = HookRunner([batchresource.new(HookDeps()), PROBE], policy=policy)
     server = HookServer(runner, str(tmp_path / "run" / "koordlet.sock"),
                         str(tmp_path / "hookserver.d") if registration else None, proxy_policy)
     server.start()
@@ -158,7 +159,8 @@ def test_pre_run_pod_sandbox_writes_the_be_pod_cgroup(tmp_path: Path) -> None:
               "limits": {"kubernetes.io/batch-cpu": "2k", "kubernetes.io/batch-memory": "1Gi"}},
         "b": {"requests": {"kubernetes.io/batch-cpu": "500"}, "limits": {"kubernetes.io/batch-cpu": "500"}}}}
     writes = Writes()
-    server = HookServer(HookRunner([batchresource.new()]), str(tmp_path / "k.sock"), None, applier=Applier(writes))
+    server = HookServer(HookRunner([batchresource.new(HookDeps())]), str(tmp_path / "k.sock"), None,
+                        applier=Applier(writes))
     server.start()
     try:
         for stub in stub_for(server):
@@ -170,7 +172,7 @@ def test_pre_run_pod_sandbox_writes_the_be_pod_cgroup(tmp_path: Path) -> None:
             ls = stub.PreRunPodSandboxHook(request({LABEL_QOS: "LS"}, "/kubepods/burstable/pod-u2"), timeout=5)
     finally:
         server.stop()
-    assert sorted((u.resource, u.rel_dir, u.value, u.owner) for u in writes.updates) == [
+    assert sorted((u.key, u.rel_dir, u.value, u.owner) for u in writes.updates) == [
         ("cpu_cfs_quota", "kubepods/besteffort/pod-u1", 250_000, "runtimehooks/batchresource"),
         ("cpu_shares", "kubepods/besteffort/pod-u1", 1536, "runtimehooks/batchresource"),
         ("memory_limit", "kubepods/besteffort/pod-u1", -1, "runtimehooks/batchresource")]

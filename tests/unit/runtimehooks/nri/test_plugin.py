@@ -21,10 +21,12 @@ from koordlet.apis.proto.nri.v1alpha1 import api_pb2
 from koordlet.apis.proto.ttrpc import request_pb2
 from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
 from koordlet.runtimehooks.apply import Applier
+from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import FailurePolicy, Hook, HookContext, HookRunner, Stage
 from koordlet.runtimehooks.hooks import batchresource
 from koordlet.runtimehooks.nri import frames, ttrpc
 from koordlet.runtimehooks.nri.plugin import ANSWER_DEADLINE, NriPlugin, event_mask
+from koordlet.system.resources import CPU_IDLE
 from tests.fixtures.fakenri import FakeNriRuntime
 from tests.fixtures.waiting import wait_until
 
@@ -73,7 +75,7 @@ def env_hook(entries: int) -> Hook:
 
 def idle_hook() -> Hook:
     def fn(ctx: HookContext) -> None:
-        ctx.write("cpu_idle", 1)
+        ctx.write(CPU_IDLE, 1)
     return Hook("idle", "cpu.idle for the pod", frozenset({Stage.PRE_RUN_POD_SANDBOX}), fn)
 
 
@@ -87,7 +89,7 @@ def run(socket_path: str, scenario: Scenario, hooks: list[Hook] | None = None, *
     async def main() -> None:
         runtime = FakeNriRuntime(socket_path, **fake)
         await runtime.start()
-        runner = HookRunner(hooks if hooks is not None else [batchresource.new()], policy=policy)
+        runner = HookRunner(hooks if hooks is not None else [batchresource.new(HookDeps())], policy=policy)
         plugin = NriPlugin(runner, Applier(writes or Writes()), socket_path, backoff_start=0.05, backoff_max=0.2,
                            answer_deadline=answer_deadline)
         task = asyncio.create_task(plugin.run())
@@ -144,7 +146,7 @@ def test_adjustment_over_4k_is_sent_in_4096_byte_frames(socket_path: str) -> Non
         assert len(answer.adjust.env) == 200
         assert answer.ByteSize() > 10_000
         assert conn.max_frame_seen == frames.MUX_SEND_FRAME_MAX  # split, never above the runtime's buffer
-    run(socket_path, scenario, [batchresource.new(), env_hook(200)])
+    run(socket_path, scenario, [batchresource.new(HookDeps()), env_hook(200)])
 
 
 def test_pod_event_writes_through_the_executor(socket_path: str) -> None:
@@ -156,7 +158,7 @@ def test_pod_event_writes_through_the_executor(socket_path: str) -> None:
         event = api_pb2.StateChangeEvent(event=api_pb2.RUN_POD_SANDBOX, pod=sandbox())
         await runtime.call(conn, "StateChange", event, api_pb2.Empty)
     run(socket_path, scenario, [idle_hook()], writes=writes)
-    assert [(u.resource, u.rel_dir, u.value, u.owner) for u in writes.updates] == [
+    assert [(u.key, u.rel_dir, u.value, u.owner) for u in writes.updates] == [
         ("cpu_idle", "kubepods/besteffort/podu1", 1, "runtimehooks/idle")]
 
 
@@ -173,7 +175,7 @@ def test_be_pod_event_writes_the_pod_cgroup_from_the_batch_resources(socket_path
                                       pod=sandbox("u2", qos="LS", parent="/kubepods/burstable/podu2"))
         await runtime.call(conn, "StateChange", ls, api_pb2.Empty)
     run(socket_path, scenario, writes=writes)
-    assert sorted((u.resource, u.rel_dir, u.value, u.owner) for u in writes.updates) == [
+    assert sorted((u.key, u.rel_dir, u.value, u.owner) for u in writes.updates) == [
         ("cpu_cfs_quota", "kubepods/besteffort/podu1", 100_000, "runtimehooks/batchresource"),
         ("cpu_shares", "kubepods/besteffort/podu1", 512, "runtimehooks/batchresource"),
         ("memory_limit", "kubepods/besteffort/podu1", 256 << 20, "runtimehooks/batchresource")]
@@ -205,7 +207,7 @@ def test_configure_before_the_registration_reply(socket_path: str) -> None:
 
 def test_waits_for_a_socket_that_appears_later(socket_path: str) -> None:
     async def main() -> None:
-        plugin = NriPlugin(HookRunner([batchresource.new()]), Applier(Writes()), socket_path,
+        plugin = NriPlugin(HookRunner([batchresource.new(HookDeps())]), Applier(Writes()), socket_path,
                            backoff_start=0.05, backoff_max=0.1)
         task = asyncio.create_task(plugin.run())
         await asyncio.sleep(0.3)
@@ -228,7 +230,7 @@ def test_dials_at_the_first_backoff_while_nobody_listens(socket_path: str) -> No
     stale.close()
 
     async def main() -> None:
-        plugin = NriPlugin(HookRunner([batchresource.new()]), Applier(Writes()), socket_path,
+        plugin = NriPlugin(HookRunner([batchresource.new(HookDeps())]), Applier(Writes()), socket_path,
                            backoff_start=0.05, backoff_max=10.0)
         task = asyncio.create_task(plugin.run())
         try:
@@ -409,8 +411,8 @@ def update_request(cid: str = "c9") -> Any:
 
 def test_a_stuck_write_does_not_hold_the_answer_past_the_deadline(socket_path: str) -> None:
     writes = BlockedWrites()
-    hooks = [batchresource.new(), stage_hook("idle", Stage.PRE_UPDATE_CONTAINER_RESOURCES,
-                                             lambda ctx: ctx.write("cpu_idle", 1))]
+    hooks = [batchresource.new(HookDeps()), stage_hook("idle", Stage.PRE_UPDATE_CONTAINER_RESOURCES,
+                                             lambda ctx: ctx.write(CPU_IDLE, 1))]
 
     async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
         conn = await runtime.wait_ready()
@@ -432,13 +434,13 @@ def test_a_stuck_write_does_not_hold_the_answer_past_the_deadline(socket_path: s
         run(socket_path, scenario, hooks, writes=writes, answer_deadline=0.3)
     finally:
         writes.release.set()
-    assert [(u.resource, u.value) for u in writes.updates] == [("cpu_idle", 1)]
+    assert [(u.key, u.value) for u in writes.updates] == [("cpu_idle", 1)]
 
 
 def test_requests_are_answered_concurrently(socket_path: str) -> None:
     writes = BlockedWrites()
-    hooks = [batchresource.new(), stage_hook("idle", Stage.PRE_UPDATE_CONTAINER_RESOURCES,
-                                             lambda ctx: ctx.write("cpu_idle", 1))]
+    hooks = [batchresource.new(HookDeps()), stage_hook("idle", Stage.PRE_UPDATE_CONTAINER_RESOURCES,
+                                             lambda ctx: ctx.write(CPU_IDLE, 1))]
 
     async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
         conn = await runtime.wait_ready()

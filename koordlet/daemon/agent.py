@@ -1,0 +1,366 @@
+"""Builds the daemon's components from the configuration, in Koordinator's start order:
+metriccache -> statesinformer (+ kubelet pods) -> metricsadvisor -> nodemetric -> qosmanager -> metrics server,
+then the debug API (started last, stopped first: it reads every other part)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from koordlet import native
+from koordlet.apis.nodemetric import NodeMetricCollectPolicy
+from koordlet.component import Component
+from koordlet.config import gates
+from koordlet.config.types import Config, QoSManagerConfig, split_list
+from koordlet.debugapi import contract
+from koordlet.debugapi.server import DebugServer, DebugSources, HostCgroups
+from koordlet.errors import ConfigError, KoordletError
+from koordlet.isolation.coresched.cookies import CookieBook
+from koordlet.isolation.netqos.policy import POLICY_TC, POLICY_TERWAY
+from koordlet.isolation.resctrl.host import AMD_VENDOR_ID, read_vendor
+from koordlet.metriccache import CacheSettings, MetricCache, names
+from koordlet.metriccache.component import MetricCacheComponent
+from koordlet.metrics import KoordletMetrics
+from koordlet.metrics.kubelet import KubeletFailure
+from koordlet.metrics.registry import MaxAges
+from koordlet.metrics.server import MetricsServer
+from koordlet.metricsadvisor.advisor import MetricsAdvisor
+from koordlet.metricsadvisor.framework import Options
+from koordlet.metricsadvisor.registry import build_collectors
+from koordlet.qosmanager import framework as qos_framework
+from koordlet.qosmanager.evictor import CompanionEvictionAPI, Evictions, build_backend
+from koordlet.qosmanager.manager import QoSManager
+from koordlet.qosmanager.reader import CgroupReader
+from koordlet.qosmanager.registry import build_strategies
+from koordlet.resourceexecutor import AuditLog, ResourceExecutor, oomscore
+from koordlet.resourceexecutor.coresched import CoreSchedExecutor
+from koordlet.resourceexecutor.netqos import NetQoS
+from koordlet.resourceexecutor.resctrl import MB_MAX_AMD, MB_MAX_PERCENT, ResctrlExecutor
+from koordlet.resourceexecutor.tc import TcNetQoS
+from koordlet.resourceexecutor.terway import TerwayNetQoS
+from koordlet.runtimehooks.apply import Applier
+from koordlet.runtimehooks.component import RuntimeHooks
+from koordlet.runtimehooks.deps import HookDeps
+from koordlet.runtimehooks.framework import HookCallRecorder, HookRunner, Stage, failure_policy
+from koordlet.runtimehooks.hooks import build_hooks
+from koordlet.runtimehooks.tenant import TenantGate
+from koordlet.statesinformer.informer import StatesInformer
+from koordlet.statesinformer.kubelet import KubeletClient, KubeletOptions
+from koordlet.statesinformer.kubeletconfig import KubeletConfigSync
+from koordlet.statesinformer.nodemetric import LocalNodeMetricSink, NodeMetricRunner
+from koordlet.statesinformer.nodeslo import FileNodeSLOSource, NodeSLOHolder
+from koordlet.statesinformer.pleg import Pleg
+from koordlet.statesinformer.podsource import KubeletPodSource
+from koordlet.system.hostpaths import HostPaths
+from koordlet.system.kubepaths import DriverGuess, detect_driver
+from koordlet.system.layout import CgroupLayout, detect_layout
+from koordlet.system.node import NodeInfo
+from koordlet.system.probes import ProbeResult
+from koordlet.version import __version__
+
+if TYPE_CHECKING:
+    from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
+
+log = logging.getLogger("koordlet")
+PODS_PATH = "/pods/"
+_DECODE_OUTCOMES = {"bad_json", "bad_podlist", "truncated", "too_large"}
+
+
+def host_paths(config: Config) -> HostPaths:
+    host = config.host
+    return HostPaths(cgroup_root=host.cgroup_root_dir, proc_root=host.proc_root_dir, sys_root=host.sys_root_dir,
+                     var_run_root=host.var_run_root_dir)
+
+
+def cache_settings(config: Config, state_dir: Path) -> CacheSettings:
+    mc, collector = config.metric_cache, config.collector
+    node_window = max(mc.node_window_seconds, config.node_metric.aggregate_duration_seconds)
+    pod_window = max(mc.pod_window_seconds, config.node_metric.aggregate_duration_seconds)
+    return CacheSettings(
+        path=Path(mc.path) if mc.path else state_dir / "metrics.db",
+        interval_seconds=collector.res_used_interval_seconds,
+        default_window_seconds=pod_window,
+        windows={**dict.fromkeys(names.NODE_SERIES, node_window),
+                 # Throttling and pressure matter for what happens now, not for the 5-minute reports.
+                 **dict.fromkeys(names.VOLATILE_SERIES, mc.volatile_window_seconds)},
+        intervals={names.POD_MEMORY_USAGE: collector.memory_interval_seconds,
+                   names.CONTAINER_MEMORY_USAGE: collector.memory_interval_seconds,
+                   names.NODE_PSI: collector.psi_interval_seconds, names.POD_PSI: collector.psi_interval_seconds,
+                   names.CONTAINER_PSI: collector.psi_interval_seconds,
+                   names.CONTAINER_CPI: collector.cpi_interval_seconds},
+        retention_seconds=mc.retention_seconds,
+        max_disk_bytes=mc.max_disk_bytes,
+        volatile=names.VOLATILE_SERIES,
+    )
+
+
+def kubelet_observer(metrics: KoordletMetrics) -> Any:
+    """Turns the kubelet client's (outcome, seconds) into the request histogram and failure counter."""
+
+    def observe(outcome: str, seconds: float) -> None:
+        if outcome == "ok":
+            metrics.kubelet.observe(PODS_PATH, 200, seconds)
+        elif outcome.startswith("http_") and outcome[5:].isdigit():
+            metrics.kubelet.observe(PODS_PATH, int(outcome[5:]), seconds)
+            metrics.kubelet.count_failure(PODS_PATH, KubeletFailure.STATUS)
+        elif outcome in _DECODE_OUTCOMES:
+            metrics.kubelet.observe(PODS_PATH, 200, seconds)
+            metrics.kubelet.count_failure(PODS_PATH, KubeletFailure.DECODE)
+        else:
+            metrics.kubelet.count_failure(PODS_PATH, KubeletFailure.TRANSPORT)
+
+    return observe
+
+
+@dataclass
+class Agent:
+    """The assembled daemon: its components in start order, plus handles tests and koordctl read."""
+
+    components: list[Component]
+    cache: MetricCache
+    informer: StatesInformer
+    advisor: MetricsAdvisor
+    metrics: KoordletMetrics
+    server: MetricsServer
+    driver: DriverGuess
+    executor: ResourceExecutor
+    qos: QoSManager
+    hooks: RuntimeHooks
+    debug: DebugServer | None = None
+    """The debug API (None when ``server.debugSocket`` is empty)."""
+
+
+def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping[str, bool] | None = None,
+                probe_results: Sequence[ProbeResult] = ()) -> Agent:
+    """``probes``: host capabilities by probe name (``koordlet.system.probes``); None: treat every optional
+    kernel feature as absent.  ``probe_results``: the same probes with their reasons, for the debug API
+    (without them it lists ``probes`` with empty reasons)."""
+    started_at = time.time()
+    paths = host_paths(config)
+    layout = detect_layout(paths)
+    driver = detect_driver(layout, config.host.cgroup_kube_parent)
+    effective_gates = gates.resolve(config.feature_gates)
+    native.configure_fd_budget()
+
+    cache = MetricCache(cache_settings(config, state_dir), time.time)
+    informer = StatesInformer(config, layout, driver.driver, node,
+                              pleg_factory=lambda dirs, on_event: Pleg(dirs, on_event))
+    collector = config.collector
+    metrics = KoordletMetrics(
+        node_name=config.node_name, cache=cache, pods=informer,
+        max_ages=MaxAges.from_intervals(collector.res_used_interval_seconds, collector.psi_interval_seconds,
+                                        collector.cpi_interval_seconds + collector.cpi_time_window_seconds),
+    )
+    metrics.lifecycle.record_start(time.time())
+    options = Options(paths=paths, layout=layout, driver=driver.driver, cache=cache, informer=informer,
+                      config=collector, gates=effective_gates, clock=time.time,
+                      kube_parent=config.host.cgroup_kube_parent)
+    advisor = MetricsAdvisor(options, build_collectors())
+    policy = NodeMetricCollectPolicy(aggregate_duration_seconds=config.node_metric.aggregate_duration_seconds,
+                                     report_interval_seconds=config.node_metric.report_interval_seconds)
+    client = companion_client(config)
+    sinks: list[Any] = [LocalNodeMetricSink(cache, state_dir, config.node_name)]
+    companion_sink: CompanionNodeMetricSink | None = None
+    if client is not None:
+        from koordlet.statesinformer.companion import CompanionNodeMetricSink
+
+        companion_sink = CompanionNodeMetricSink(client)
+    if companion_sink is not None:
+        sinks.append(companion_sink)
+    reporter = NodeMetricRunner(
+        cache, informer, sinks, policy,
+        recorder=metrics.node_metric if gates.enabled(effective_gates, gates.NODE_METRIC_PROM_METRICS) else None,
+    )
+    if companion_sink is not None:
+        companion_sink.on_policy = reporter.set_policy  # the companion's colocation-config decides the policy
+    server = MetricsServer(metrics.routes, config.server.addr)
+    writers = build_writers(config, state_dir, layout, metrics)
+    qos = build_qos(config, layout, driver, informer, cache, metrics, effective_gates, writers, companion=client)
+    hooks = build_runtime_hooks(config, layout, informer, qos.holder, writers, metrics, effective_gates,
+                                probes or {})
+    executor = writers.executor
+    slo_source: CompanionNodeSLOSource | None = None
+    if client is not None:
+        cache_path = config.companion.nodeslo_cache or str(state_dir / "nodeslo-companion.json")
+        from koordlet.statesinformer.companion import CompanionNodeSLOSource
+
+        slo_source = CompanionNodeSLOSource(
+            client, qos.holder, cache_path,
+            on_policy=companion_sink.offer_policy if companion_sink is not None else None,
+            on_reconnect=reporter.report_now)
+
+    components: list[Component] = [MetricCacheComponent(cache, config.metric_cache.flush_interval_seconds), informer]
+    if not config.standalone:
+        kubelet = config.kubelet
+        options_k = KubeletOptions(address=kubelet.address, port=kubelet.port, scheme=kubelet.scheme,
+                                   token_file=kubelet.token_file, ca_file=kubelet.ca_file,
+                                   insecure_skip_verify=kubelet.insecure_tls,
+                                   timeout_seconds=kubelet.sync_timeout_seconds,
+                                   sync_interval_seconds=kubelet.sync_interval_seconds)
+        options_k.validate()
+        source = KubeletPodSource(KubeletClient(options_k, observe=kubelet_observer(metrics)),
+                                  kubelet.sync_interval_seconds, informer.set_kubelet_pods,
+                                  pleg_paths=informer.pleg_dirs())
+        config_sync = KubeletConfigSync(KubeletClient(options_k), kubelet.sync_interval_seconds,
+                                        informer.set_reservation)
+        components += [source, config_sync]
+    # The NodeSLO source starts before the QoS manager so its first round already has the persisted spec.
+    components += [advisor, reporter, *([slo_source] if slo_source is not None else []), qos, hooks, server]
+    debug: DebugServer | None = None
+    debug_socket = config.server.debug_socket
+    if debug_socket == contract.DEFAULT_SOCKET:  # not chosen: a user other than root cannot write /var/run
+        debug_socket = contract.default_socket(os.geteuid(), str(state_dir))
+    if debug_socket:
+        results = list(probe_results) or [ProbeResult(name, supported, "")
+                                          for name, supported in sorted((probes or {}).items())]
+        companion_status = None
+        if slo_source is not None and companion_sink is not None:
+            companion_status = companion_status_of(config.companion.address, slo_source, companion_sink)
+        sources = DebugSources(
+            version=__version__, node=config.node_name, mode="standalone" if config.standalone else "kubernetes",
+            started_at=started_at, components=lambda: [(c.name, c.running) for c in components],
+            feature_gates=dict(effective_gates), probes=lambda: results,
+            companion=companion_status or (lambda: None), pods=informer.pods,
+            cgroups=HostCgroups(layout, executor.last_written), mean=cache.mean, slo=qos.holder.current,
+            strategies=lambda: qos.strategy_objects, decisions=qos.options.decisions, hook_names=hooks.runner.names,
+            hook_calls=hooks.runner.recorder.recent if hooks.runner.recorder is not None else (lambda _n: []),
+            evictions=qos.options.evictor.recent, pid=os.getpid(),
+            refused=lambda uid: [r.text() for r in informer.tenant.refused(uid)])
+        debug = DebugServer(debug_socket, sources)
+        components.append(debug)
+    return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos, hooks, debug)
+
+
+def companion_status_of(address: str, source: CompanionNodeSLOSource, sink: CompanionNodeMetricSink
+                        ) -> Callable[[], dict[str, object]]:
+    def status() -> dict[str, object]:
+        return {"address": address, "nodeslo_connected": source.connected,
+                "reports_failing": bool(sink.failing)}
+
+    return status
+
+
+@dataclass(frozen=True)
+class Writers:
+    """The host writers the QoS strategies and the runtime hooks share, built once: both then go through one
+    write ledger per file, one core-scheduling cookie book and one resctrl writer, so neither undoes or
+    repeats what the other did."""
+
+    audit: AuditLog
+    """Where every writer reports what it changed."""
+    executor: ResourceExecutor
+    """The only cgroup writer."""
+    reader: CgroupReader
+    coresched: CoreSchedExecutor
+    cookies: CookieBook
+    resctrl: ResctrlExecutor
+
+
+def build_writers(config: Config, state_dir: Path, layout: CgroupLayout, metrics: KoordletMetrics) -> Writers:
+    qos = config.qos
+    audit = AuditLog(qos.audit_dir or state_dir / "audit", max_bytes=qos.audit_max_bytes,
+                     max_files=qos.audit_max_files)
+    executor = ResourceExecutor(layout, time.monotonic, audit, metrics.executor, qos.resource_force_update_seconds)
+    coresched = CoreSchedExecutor(native, audit, time.monotonic, metrics.executor)
+    return Writers(audit=audit, executor=executor, reader=CgroupReader(layout), coresched=coresched,
+                   cookies=CookieBook(coresched),
+                   resctrl=resctrl_executor(layout.paths, audit, metrics, qos.resource_force_update_seconds))
+
+
+def build_runtime_hooks(config: Config, layout: CgroupLayout, informer: StatesInformer, holder: NodeSLOHolder,
+                        writers: Writers, metrics: KoordletMetrics, effective_gates: Mapping[str, bool],
+                        probes: Mapping[str, bool]) -> RuntimeHooks:
+    """The hooks (those whose gate is on) over the shared writers and the NodeSLO in force, and their
+    transports."""
+    deps = HookDeps(layout=layout, gates=effective_gates, probes=probes,
+                    nodeslo=lambda: holder.current().spec, coresched=writers.coresched, cookies=writers.cookies,
+                    resctrl=writers.resctrl, shared_pools=informer.shared_pools, tenant=informer.tenant)
+    hooks_config = config.runtime_hooks
+    runner = HookRunner(build_hooks(deps), failure_policy(hooks_config.plugin_failure_policy),
+                        metrics.runtime_hooks, disabled=[Stage(s) for s in split_list(hooks_config.disable_stages)],
+                        recorder=HookCallRecorder(),
+                        tenant=TenantGate(informer.tenant, informer.pods, informer.node))
+    executor = writers.executor
+    applier = Applier(executor.apply, executor.quota_limited_above, defer_be_quota=not config.standalone)
+    oom_score = oomscore.for_cgroups(lambda rel_dir: writers.reader.read("cgroup_procs", rel_dir),
+                                     oomscore.OomScoreWriter(layout.paths.proc_root, writers.audit))
+    return RuntimeHooks(hooks_config, runner, applier, informer, metrics.runtime_hooks, oom_score,
+                        incarnation=lambda rel_dir: cgroup_incarnation(layout, rel_dir),
+                        forget=executor.forget_cgroup)
+
+
+def cgroup_incarnation(layout: CgroupLayout, rel_dir: str) -> int | None:
+    """Identity of cgroup ``rel_dir``'s directory in the cpu hierarchy (inode and creation time: kernfs may
+    reuse an inode number); None when it does not exist."""
+    try:
+        st = os.stat(layout.controller_dir("cpu", rel_dir))
+    except (OSError, KoordletError):
+        return None
+    return (st.st_ino << 64) | st.st_ctime_ns
+
+
+def resctrl_executor(paths: HostPaths, audit: AuditLog, metrics: KoordletMetrics, force_update_seconds: float
+                     ) -> ResctrlExecutor:
+    """The resctrl writer; MB values are percentages on Intel and absolute units (2048 = unlimited) on AMD."""
+    amd = read_vendor(paths.proc("cpuinfo")) == AMD_VENDOR_ID
+    return ResctrlExecutor(paths.resctrl_root, time.monotonic, audit, metrics.executor, force_update_seconds,
+                           mb_max=MB_MAX_AMD if amd else MB_MAX_PERCENT)
+
+
+def netqos_backends(qos: QoSManagerConfig, informer: StatesInformer) -> Callable[[str], NetQoS]:
+    """NodeSLO ``netQOSPolicy`` -> its backend; the strategy asks once per policy and keeps the backend."""
+
+    def backend(policy: str) -> NetQoS:
+        if policy == POLICY_TERWAY:
+            return TerwayNetQoS(qos.terway_qos_dir, pods=informer.pods)
+        if policy == POLICY_TC:
+            return TcNetQoS(qos.net_interface)
+        raise ConfigError(f"netQOSPolicy: unknown policy {policy!r} (tc or terway-qos)")
+
+    return backend
+
+
+def companion_client(config: Config) -> CompanionClient | None:
+    """The client of koord-companion when ``companion.address`` is set; it and ``qos.nodesloFile`` are two
+    NodeSLO sources for one holder, so setting both is a configuration error."""
+    companion = config.companion
+    if not companion.address:
+        return None
+    from koordlet.statesinformer.companion import CompanionClient, token_from_file  # gRPC only when linked
+    if config.qos.nodeslo_file:
+        raise ConfigError("companion.address and qos.nodesloFile both set: the NodeSLO comes from one of them")
+    token = token_from_file(companion.token_file) if companion.token_file else None
+    return CompanionClient(companion.address, token, config.node_name, ca_file=companion.ca_file or None)
+
+
+def build_qos(config: Config, layout: CgroupLayout, driver: DriverGuess, informer: StatesInformer,
+              cache: MetricCache, metrics: KoordletMetrics, effective_gates: Mapping[str, bool], writers: Writers,
+              companion: CompanionClient | None = None) -> QoSManager:
+    """The QoS manager with its strategies over the shared writers, and its NodeSLO holder (fed by
+    ``qos.nodesloFile`` here, or by the companion source the caller builds)."""
+    qos = config.qos
+    evictor_kind = "api" if qos.only_evict_by_api else qos.evictor
+    backend = build_backend(evictor_kind, layout, qos.runtime_endpoint, qos.cri_timeout_seconds,
+                            api=CompanionEvictionAPI(companion) if companion is not None else None,
+                            workloads=config.workloads if config.standalone else None)
+    # Strategies count their evictions in metrics.qos (pod_eviction) with their own reason.
+    evictions = Evictions(backend, time.time, writers.audit)
+    options = qos_framework.Options(
+        layout=layout, driver=driver.driver, informer=informer, cache=cache, executor=writers.executor,
+        evictor=evictions, reader=writers.reader, config=qos, collector=config.collector, gates=effective_gates,
+        clock=time.time, decisions=qos_framework.DecisionLog(), metrics=metrics.qos,
+        kube_parent=config.host.cgroup_kube_parent,
+        coresched=writers.coresched,
+        cookies=writers.cookies,
+        resctrl=writers.resctrl,
+        netqos=netqos_backends(qos, informer),
+        closid_reserve=informer.tenant.closid_reserve,
+    )
+    holder = NodeSLOHolder()
+    source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file and companion is None else None
+    return QoSManager(options, build_strategies(options), holder, source)
