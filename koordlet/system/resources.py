@@ -305,21 +305,17 @@ CPU_PRESSURE = _pressure("cpu")
 MEMORY_PRESSURE = _pressure("memory")
 IO_PRESSURE = _pressure("io")
 
-_PID = IntRange(1, PID_MAX_LIMIT)
-CGROUP_PROCS = CgroupFile(
-    "cgroup_procs",
-    "processes (thread groups) in the cgroup; write a pid to move a process",
-    FileVersion("cgroup.procs", _RAW, "cpu"),
-    FileVersion("cgroup.procs", _RAW),
-    _PID,
-)
-TASKS = CgroupFile(
-    "tasks",
-    "threads in the cgroup; write a tid to move one thread",
-    FileVersion("tasks", _RAW, "cpu"),
-    FileVersion("cgroup.threads", _RAW),
-    _PID,
-)
+
+def _pid_list(key: str, what: str, v1_name: str, v2_name: str) -> CgroupFile:
+    """A membership file: a list of ids, written one id at a time; on v1 the cpu hierarchy's copy."""
+    return CgroupFile(key, what, FileVersion(v1_name, _RAW, "cpu"), FileVersion(v2_name, _RAW),
+                      IntRange(1, PID_MAX_LIMIT))
+
+
+CGROUP_PROCS = _pid_list("cgroup_procs", "processes (thread groups) in the cgroup; write a pid to move a process",
+                         "cgroup.procs", "cgroup.procs")
+TASKS = _pid_list("tasks", "threads in the cgroup; write a tid to move one thread", "tasks", "cgroup.threads")
+
 NET_CLS_CLASSID = CgroupFile(
     "net_cls_classid",
     "tc class id (0xMMMMmmmm) stamped on the cgroup's packets; v1 only",

@@ -74,22 +74,6 @@ class ContainerPlan:
     token_capacity: int | None = None
     quota_ok: bool = True
 
-    @property
-    def name(self) -> str:
-        return self.slot.name
-
-    @property
-    def cid(self) -> str:
-        return self.slot.cid
-
-    @property
-    def cgroup_dir(self) -> str:
-        return self.slot.cgroup_dir
-
-    @property
-    def base(self) -> int:
-        return self.slot.base
-
 
 @dataclass
 class PodPlan:
@@ -130,8 +114,9 @@ def undo(current: int, base: int) -> int:
 
 
 def change_numbers(c: ContainerPlan) -> dict[str, Any]:
+    slot = c.slot
     change: dict[str, Any] = {
-        "pod": c.pod.pod.key, "container": c.name, "container_id": c.cid, "base_us": c.base, "ceil_us": c.ceil,
+        "pod": c.pod.pod.key, "container": slot.name, "container_id": slot.cid, "base_us": slot.base, "ceil_us": c.ceil,
         "current_us": c.current, "target_us": c.target, "burst_us": c.burst, "operation": c.wanted.value,
         "final_operation": c.operation.value, "throttled_ratio": c.throttled}
     if c.tokens is not None:

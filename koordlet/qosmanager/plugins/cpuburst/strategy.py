@@ -246,9 +246,9 @@ class CPUBurst:
         percent = cfg.cfs_quota_burst_percent
         if percent is None or percent < 100:
             return False
-        bucket = self._buckets.get(c.cid)
+        bucket = self._buckets.get(c.slot.cid)
         if bucket is None or bucket.capacity != capacity(period, percent):
-            bucket = self._buckets[c.cid] = TokenBucket.new(period, percent, now, self._rng)
+            bucket = self._buckets[c.slot.cid] = TokenBucket.new(period, percent, now, self._rng)
         usage = self.options.cache.latest(names.CONTAINER_CPU_USAGE, c.slot.labels, max_age)
         c.usage_percent = calc.usage_percent(None if usage is None else usage[1], c.slot.limit_milli)
         allowed = bucket.allow(now, c.usage_percent)
@@ -294,13 +294,13 @@ class CPUBurst:
         for c in pod.containers:
             burst = None
             if c.burst is not None:
-                burst = self._burst_update(c.cgroup_dir, c.burst, owner, c.name)
+                burst = self._burst_update(c.slot.cgroup_dir, c.burst, owner, c.slot.name)
             if burst is not None and c.target < c.current:
                 rnd.add("burst", c, burst)
                 burst = None
             if c.target != c.current:
-                rnd.add("quota", c, CgroupUpdate(QUOTA, c.cgroup_dir, c.target,
-                                                 f"{owner}/{c.name} quota {c.operation.value}"))
+                rnd.add("quota", c, CgroupUpdate(QUOTA, c.slot.cgroup_dir, c.target,
+                                                 f"{owner}/{c.slot.name} quota {c.operation.value}"))
             if burst is not None:
                 rnd.add("burst", c, burst)
         if pod.burst is not None:
@@ -369,12 +369,12 @@ class CPUBurst:
     def _report(self, c: ContainerPlan) -> None:
         quota = c.target if c.quota_ok else c.current
         namespace, pod = c.pod.pod.namespace, c.pod.pod.name
-        if quota > c.base:
-            if self._reported.get(c.cid) != (namespace, pod, quota):
-                self.options.metrics.scaled_cfs_quota(namespace, pod, c.cid, float(quota))
-                self._reported[c.cid] = (namespace, pod, quota)
-        elif self._reported.pop(c.cid, None) is not None:
-            self.options.metrics.forget_container(namespace, pod, c.cid)
+        if quota > c.slot.base:
+            if self._reported.get(c.slot.cid) != (namespace, pod, quota):
+                self.options.metrics.scaled_cfs_quota(namespace, pod, c.slot.cid, float(quota))
+                self._reported[c.slot.cid] = (namespace, pod, quota)
+        elif self._reported.pop(c.slot.cid, None) is not None:
+            self.options.metrics.forget_container(namespace, pod, c.slot.cid)
 
     def _forget_gone(self, pods: Iterable[PodMeta], now: float) -> None:
         """Drops what is kept about containers and pods no longer among the burstable pods, and token
@@ -425,13 +425,13 @@ class CPUBurst:
 
     def undo(self, c: ContainerPlan) -> None:
         c.operation = Operation.RESET
-        c.target = undo(c.current, c.base)
+        c.target = undo(c.current, c.slot.base)
         if self._burst_unsupported is None:
-            burst = self._read_burst(c.cgroup_dir)
+            burst = self._read_burst(c.slot.cgroup_dir)
             if burst:
                 c.burst = 0
                 # Known as non-zero, so the 0 counts as a change.
-                self._known.remember(BURST, c.cgroup_dir, burst, float("-inf"))
+                self._known.remember(BURST, c.slot.cgroup_dir, burst, float("-inf"))
 
     def _undo_pod_burst(self, meta: PodMeta, rnd: Round) -> None:
         # _plan_pod queued the pod's burst as the sum of its containers' (0) when any had one; a pod
