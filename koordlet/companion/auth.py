@@ -30,6 +30,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -166,7 +167,15 @@ def token_expiry(token: str) -> float | None:
     except (ValueError, binascii.Error, RecursionError):
         return None
     exp = claims.get("exp") if isinstance(claims, dict) else None
-    return float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
+    if not isinstance(exp, int | float) or isinstance(exp, bool):
+        return None
+    # JSON integers are unbounded and Python's decoder takes NaN and Infinity: a claim no finite float holds
+    # says nothing usable, so the cache's own TTL applies.
+    try:
+        seconds = float(exp)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def _first(extra: Mapping[str, Any], key: str) -> str:

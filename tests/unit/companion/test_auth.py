@@ -3,6 +3,7 @@ kube-apiserver (which speaks the TokenReview protocol), the review cache, and th
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 from typing import Any
@@ -215,3 +216,12 @@ def test_the_service_account_is_named_in_full() -> None:
         with pytest.raises(ConfigError):
             parse_service_account(bad)
     assert token_expiry("not-a-jwt") is None and token_expiry("a.!!!.c") is None
+
+
+def test_an_expiry_no_finite_float_holds_is_no_expiry() -> None:
+    # Found by the decoder fuzzing: an exp of 400 digits made float() raise OverflowError.
+    for exp in ("1" + "0" * 400, "1e999", "NaN", "Infinity", "-Infinity"):
+        payload = base64.urlsafe_b64encode(f'{{"exp": {exp}}}'.encode()).decode().rstrip("=")
+        assert token_expiry(f"e30.{payload}.c2ln") is None, exp
+    payload = base64.urlsafe_b64encode(b'{"exp": 1700000000}').decode().rstrip("=")
+    assert token_expiry(f"e30.{payload}.c2ln") == 1700000000.0
