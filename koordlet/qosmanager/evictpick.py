@@ -15,6 +15,7 @@ after a not-yet-evicted one still stops that one from being evicted for the same
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -234,7 +235,7 @@ def be_victims(pods: Sequence[PodMeta], feature: str, candidate: MakeCandidate, 
     return victims
 
 
-class EvictionStrategy:
+class EvictionStrategy(abc.ABC):
     """What the eviction strategies share: two triggers behind two feature gates (BE pods, and
     eviction-enabled pods of any class), the NodeSLO switch, and a cooldown after a round that evicted."""
 
@@ -261,9 +262,9 @@ class EvictionStrategy:
         resting = self._resting(enabled)
         return resting if resting is not None else self._round(slo, self.options.clock())
 
+    @abc.abstractmethod
     def _round(self, slo: NodeSLOSpec, now: float) -> Decision:
         """A round that may evict: the strategy's own triggers."""
-        raise NotImplementedError
 
     def enabled(self, slo: NodeSLOSpec) -> bool:
         threshold = slo.resource_used_threshold_with_be
