@@ -1,5 +1,7 @@
 """koord-companion assembled: the SLO controller, the batch-resource calculator and the load-aware extender
-around the gRPC API the koordlets talk to.
+around the gRPC API the koordlets talk to; with Kubernetes, optionally the pod admission webhook
+(ClusterColocationProfiles, :mod:`koordlet.companion.colocation`) and the descheduler
+(:mod:`koordlet.companion.descheduler`, on the elected leader only).
 
 Where the cluster state comes from:
 
@@ -21,9 +23,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
 from koordlet.apis.pod import pod_from_json
@@ -54,6 +56,10 @@ from koordlet.errors import ConfigError, KoordletError
 from koordlet.metrics.server import DEFAULT_LIMITS as METRICS_LIMITS
 from koordlet.metrics.server import MetricsServer, serve
 from koordlet.system.httpserver import ServerLimits
+
+if TYPE_CHECKING:
+    from koordlet.companion.colocation.webhook import WebhookOptions
+    from koordlet.companion.descheduler.config import DeschedulerConfig
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +102,10 @@ class CompanionOptions:
     identity: str = ""
     config_namespace: str = "koordinator-system"
     config_name: str = "slo-controller-config"
+    webhook: WebhookOptions | None = None
+    """The pod admission webhook (needs Kubernetes); None: not served."""
+    descheduler: DeschedulerConfig | None = None
+    """The descheduler's configuration (needs Kubernetes; runs on the leader only); None: off."""
 
 
 @dataclass
@@ -129,10 +139,13 @@ def node_input(obj: Mapping[str, Any]) -> NodeInput:
 
 class Companion:
     def __init__(self, options: CompanionOptions, api_client: Any = None, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, registry: CollectorRegistry = REGISTRY) -> None:
         if api_client is None and not options.config_file:
             raise KoordletError("koord-companion needs Kubernetes (a kubeconfig or in-cluster) or --config-file")
+        if api_client is None and (options.webhook is not None or options.descheduler is not None):
+            raise ConfigError("the admission webhook and the descheduler need Kubernetes, not --config-file")
         self.options = options
+        self._registry = registry
         self._api = api_client
         self._clock = clock
         self.controller = SLOController()
@@ -167,6 +180,18 @@ class Companion:
         self.controller.subscribe(self._slo_changed)
         self.batch: dict[str, Any] = {}
         """node -> the last batch calculation (for logs, koordctl and tests)."""
+        self.webhook: Any = None
+        """The admission webhook service (:class:`~koordlet.companion.colocation.webhook.WebhookService`)."""
+        self.cluster_cache: Any = None
+        """The webhook's cluster view (:class:`~koordlet.companion.colocation.cache.ClusterCache`)."""
+        self.descheduler: Any = None
+        """The descheduler (:class:`~koordlet.companion.descheduler.runner.Descheduler`); it runs its rounds only
+        while this replica leads.  Built here so a configuration its plugins refuse fails start-up."""
+        if options.descheduler is not None:
+            from koordlet.companion.descheduler.runner import Descheduler
+
+            self.descheduler = Descheduler(api_client, options.descheduler, is_leader=lambda: self._leading,
+                                           metrics_registry=registry)
 
     @staticmethod
     def _authenticator(options: CompanionOptions, api_client: Any) -> Authenticator | None:
@@ -377,7 +402,8 @@ class Companion:
 
     def _became_leader(self) -> None:
         self._leading = True
-        log.info("leading: writing NodeSLOs, NodeMetrics and batch resources")
+        log.info("leading: writing NodeSLOs, NodeMetrics and batch resources"
+                 + (", descheduling" if self.descheduler is not None else ""))
         for node in self.controller.nodes:
             self._queue(node, "slo", "batch", "metric")
 
@@ -396,7 +422,9 @@ class Companion:
             self._http = http  # only once serving: stop()'s shutdown() waits for the serving loop
             if self.options.metrics_addr:
                 # Bounded connections, header and write deadlines: prometheus_client's own server has none.
-                self._metrics = serve(REGISTRY, self.options.metrics_addr, limits=self.options.metrics_limits)
+                self._metrics = serve(self._registry, self.options.metrics_addr, limits=self.options.metrics_limits)
+            if self.options.webhook is not None:
+                self._start_webhook(self.options.webhook)
         except BaseException:
             self.stop()
             raise
@@ -405,6 +433,19 @@ class Companion:
             self._spawn("config-file", self._poll_config_file)
         else:
             self._start_kube()
+
+    def _start_webhook(self, options: WebhookOptions) -> None:
+        """The cluster view's watchers, then the HTTPS server; it answers reviews with a refusal (the webhook's
+        failurePolicy admits the pod unmutated) until the view has synced."""
+        from koordlet.companion.colocation.cache import ClusterCache
+        from koordlet.companion.colocation.webhook import WebhookService
+
+        cache = ClusterCache(self._api)
+        self.cluster_cache = cache
+        cache.start()
+        service = WebhookService(options, cache, api_client=self._api, registry=self._registry, ready=cache.synced)
+        service.start()
+        self.webhook = service
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=f"companion-{name}", daemon=True)
@@ -443,6 +484,8 @@ class Companion:
         ]
         for watcher in self._watchers:
             watcher.start()
+        if self.descheduler is not None:
+            self.descheduler.start()
         if self.options.leader_elect:
             identity = self.options.identity or f"{os.uname().nodename}-{os.getpid()}"
             self._elector = kube.LeaderElector(self._api, self.options.lease_name, self.options.lease_namespace,
@@ -474,6 +517,12 @@ class Companion:
         self._wake.set()
         if self._elector is not None:
             self._elector.stop()
+        if self.descheduler is not None:
+            self.descheduler.stop()
+        if self.webhook is not None:
+            self.webhook.stop()
+        if self.cluster_cache is not None:
+            self.cluster_cache.stop()
         for watcher in self._watchers:
             watcher.stop()
         if self._http is not None:

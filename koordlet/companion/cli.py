@@ -1,6 +1,9 @@
 """``koord-companion``: the cluster-side controller (NodeSLO from slo-controller-config, batch resources, the
 load-aware scheduler extender, the gRPC endpoint koordlets report to).
 
+With Kubernetes it can also serve the pod admission webhook of ClusterColocationProfiles (``--webhook-addr``)
+and run the descheduler on the elected leader (``--descheduler-config``).
+
 Kubernetes comes from ``--kube-api-server`` with ``--kube-token-file``/``--kube-ca-file``, else from the pod's
 service account (in-cluster); ``--config-file`` runs it without Kubernetes from a ConfigMap YAML file.
 
@@ -45,6 +48,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 SERVICE_NAME = "koord-companion"
 """The Service koordlets reach the companion through (the default DNS names of a --tls-secret certificate)."""
+WEBHOOK_SECRET_NAME = "koord-companion-webhook-certs"
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 log = logging.getLogger("koord-companion")
@@ -107,6 +111,31 @@ def build_parser() -> argparse.ArgumentParser:
     tls.add_argument("--tls-dns-names", default="",
                      help="comma-separated DNS names of the certificate --tls-secret creates (default: the "
                      "koord-companion Service's names in the Secret's namespace)")
+    webhook = parser.add_argument_group("pod admission webhook (ClusterColocationProfiles)")
+    webhook.add_argument("--webhook-addr", default="",
+                         help="HTTPS address of the webhook (/mutate-pod, /validate-pod), e.g. :9443; empty: off.  "
+                         "Needs Kubernetes: it watches ClusterColocationProfiles, Namespaces and PriorityClasses")
+    webhook.add_argument("--webhook-cert-dir", default="",
+                         help="directory of a mounted kubernetes.io/tls Secret (tls.crt, tls.key; ca.crt is written "
+                         "into the webhooks' caBundle when present), re-read when it changes.  Empty: the "
+                         "--webhook-secret-name Secret, created with a self-signed CA and renewed before expiry")
+    webhook.add_argument("--webhook-secret-name", default=WEBHOOK_SECRET_NAME,
+                         help="the bootstrap Secret of the webhook's certificate, in --leader-elect-namespace (the "
+                         "companion's namespace; default %(default)s)")
+    webhook.add_argument("--webhook-service-name", default=SERVICE_NAME,
+                         help="the Service kube-apiserver calls the webhook through: the certificate names "
+                         "<service>.<namespace>.svc (default %(default)s)")
+    webhook.add_argument("--webhook-configuration-name", default=SERVICE_NAME,
+                         help="the MutatingWebhookConfiguration and ValidatingWebhookConfiguration whose caBundle the "
+                         "companion keeps (default %(default)s)")
+    desched = parser.add_argument_group("descheduler")
+    desched.add_argument("--descheduler-config", default="",
+                         help="DeschedulerConfiguration YAML file (descheduler/v1alpha2, or a ConfigMap holding "
+                         "one); empty: the descheduler is off.  Runs on the elected leader only")
+    desched.add_argument("--descheduler-dry-run", type=_bool, nargs="?", const=True, default=None,
+                         metavar="true|false",
+                         help="log the evictions instead of making them (overrides the configuration's dryRun; "
+                         "absent: the configuration decides)")
     parser.add_argument("--scheduler-config", default="", help="koord-scheduler config (or LoadAwareSchedulingArgs) "
                         "whose load-aware arguments the extender uses (empty: Koordinator's defaults)")
     parser.add_argument("--config-file", default="", help="slo-controller-config ConfigMap YAML: run without "
@@ -161,6 +190,17 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             parse_addr(args.metrics_addr)
         except KoordletError as exc:
             parser.error(f"--metrics-addr: {exc}")
+    if args.config_file and (args.webhook_addr or args.descheduler_config):
+        parser.error("--webhook-addr and --descheduler-config need Kubernetes, not --config-file")
+    if args.webhook_addr:
+        from koordlet.companion.colocation.webhook import parse_addr
+
+        try:
+            parse_addr(args.webhook_addr)
+        except KoordletError as exc:
+            parser.error(f"--webhook-addr: {exc}")
+    if args.descheduler_dry_run is not None and not args.descheduler_config:
+        parser.error("--descheduler-dry-run needs --descheduler-config")
     if args.max_concurrent_rpcs < 1:
         parser.error(f"--max-concurrent-rpcs: must be >= 1, got {args.max_concurrent_rpcs}")
     if args.auth_cache_seconds < 0:
@@ -194,7 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("cannot start", extra={"error": str(exc)})
             return EXIT_FAILURE
         log.info("koord-companion started", extra={"grpc": args.grpc_addr, "extender": args.extender_addr,
-                                                    "kubernetes": not args.config_file})
+                                                    "kubernetes": not args.config_file,
+                                                    "webhook": args.webhook_addr or "off",
+                                                    "descheduler": args.descheduler_config or "off"})
         received = signal.sigwait(STOP_SIGNALS)
         log.info("stopping", extra={"signal": signal.Signals(received).name})
         companion.stop()
@@ -230,6 +272,23 @@ def _build(args: argparse.Namespace) -> Companion:
     token = _read(args.token_file)
     if args.token_file and not token:
         raise KoordletError(f"--token-file {args.token_file} is empty")
+    webhook = None
+    if args.webhook_addr:
+        from koordlet.companion.colocation.webhook import WebhookOptions
+
+        webhook = WebhookOptions(addr=args.webhook_addr, cert_dir=args.webhook_cert_dir,
+                                 namespace=args.leader_elect_namespace, secret_name=args.webhook_secret_name,
+                                 service_name=args.webhook_service_name,
+                                 configuration_name=args.webhook_configuration_name)
+    descheduler = None
+    if args.descheduler_config:
+        import dataclasses
+
+        from koordlet.companion.descheduler.config import load_config_file
+
+        descheduler = load_config_file(args.descheduler_config)
+        if args.descheduler_dry_run is not None:
+            descheduler = dataclasses.replace(descheduler, dry_run=args.descheduler_dry_run)
     options = CompanionOptions(
         grpc_addr=_host_port(args.grpc_addr), extender_addr=_host_port(args.extender_addr),
         metrics_addr=args.metrics_addr, max_concurrent_rpcs=args.max_concurrent_rpcs,
@@ -242,7 +301,8 @@ def _build(args: argparse.Namespace) -> Companion:
         config_file=args.config_file,
         scheduler_args=LoadAwareArgs.load(args.scheduler_config) if args.scheduler_config else None,
         leader_elect=args.leader_elect, lease_namespace=args.leader_elect_namespace,
-        lease_name=args.leader_elect_id, config_namespace=args.config_namespace, config_name=args.config_name)
+        lease_name=args.leader_elect_id, config_namespace=args.config_namespace, config_name=args.config_name,
+        webhook=webhook, descheduler=descheduler)
     # The metrics server starts and stops with the companion (Companion.start/stop).
     return Companion(options, api_client)
 

@@ -140,6 +140,14 @@ class LimitedHTTPServer(ThreadingHTTPServer):
         with self._active_lock:
             return self._active
 
+    def get_request(self) -> tuple[Any, Any]:
+        sock, addr = super().get_request()
+        # http.server sends the headers and the body in two writes: with Nagle's algorithm on, the body waits for
+        # the client's delayed ACK of the headers (40 ms on Linux) on every request of a kept-alive connection.
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock, addr
+
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._active_lock:
             admitted = self._active < self.limits.max_connections

@@ -3,7 +3,10 @@ koord-runtime-proxy), koordlet in DaemonSet shape, koord-companion against the f
 kubelet driver creating pods over CRI and serving ``/pods`` and ``/configz``.
 
 The pods a scenario creates go to both sides as in a cluster: the kubelet driver runs them, and the apiserver
-holds them bound to the node (Running, Ready) so the companion counts them.  An eviction the apiserver grants
+holds them bound to the node (Running, Ready) so the companion counts them.  With ``webhook=True`` the companion
+also serves its pod admission webhook, registered in the apiserver with the repository's
+``manifests/companion/webhook.yaml``: :meth:`KubeNode.admit_pod` creates a pod through the API (admission
+included) and runs what the apiserver stored.  An eviction the apiserver grants
 makes the kubelet driver kill the pod, as kubelet does when its pod is deleted.
 """
 
@@ -158,6 +161,8 @@ class KubeNode:
     cri_socket: Path
     kubepods_memory_limit: int
     companion_port: int
+    webhook_port: int = 0
+    """The companion's admission webhook port (0: not served)."""
     procs: list[Proc] = field(default_factory=list)
     _deletions: queue.Queue[tuple[str, str] | None] = field(default_factory=queue.Queue)
     deleted_at: dict[str, float] = field(default_factory=dict)
@@ -173,6 +178,24 @@ class KubeNode:
         stored = self.apiserver.seed(manifest | {"status": {"phase": "Pending"}})
         snapshot = self.kubelet.create_pod(copy.deepcopy(manifest))
         self.apiserver.seed(manifest | {"status": {"phase": "Running", "qosClass": snapshot.qos_class,
+                                                   "conditions": [{"type": "Ready", "status": "True"}]}})
+        return stored
+
+    def admit_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Creates the pod through the apiserver's API, so the admission webhooks run, then runs the pod the
+        apiserver stored (mutated) through the kubelet driver and marks it Running and Ready; returns the stored
+        pod."""
+        from kubernetes import client
+
+        from koordlet.companion.kube.client import call_json, make_api_client
+
+        api = make_api_client(self.apiserver.host, self.apiserver.token_file, self.apiserver.ca_file)
+        namespace = manifest["metadata"].get("namespace", "default")
+        stored: dict[str, Any] = call_json(client.CoreV1Api(api).create_namespaced_pod, namespace,
+                                           manifest | {"status": {"phase": "Pending"}})
+        runnable = {k: v for k, v in stored.items() if k != "status"}
+        snapshot = self.kubelet.create_pod(copy.deepcopy(runnable))
+        self.apiserver.seed(runnable | {"status": {"phase": "Running", "qosClass": snapshot.qos_class,
                                                    "conditions": [{"type": "Ready", "status": "True"}]}})
         return stored
 
@@ -284,11 +307,36 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+WEBHOOK_MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "companion" / "webhook.yaml"
+WEBHOOK_CONFIGURATION = "koord-companion"
+
+
+def _register_webhooks(apiserver: FakeApiServer, port: int) -> None:
+    """The repository's webhook configurations (caBundle left for the companion to write), their Service routed
+    to the companion's webhook port, and the namespaces they select on."""
+    documents = [d for d in yaml.safe_load_all(WEBHOOK_MANIFEST.read_text()) if d]
+    for document in documents:
+        apiserver.seed(document)
+    for name in (CONFIG_NAMESPACE, "kube-system", "default"):
+        apiserver.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    service = documents[0]["webhooks"][0]["clientConfig"]["service"]
+    apiserver.route_webhook_service(service["namespace"], service["name"], ("127.0.0.1", port),
+                                    port=int(service.get("port", 443)))
+
+
+def _ca_bundles_written(apiserver: FakeApiServer) -> bool:
+    return all(all((w.get("clientConfig") or {}).get("caBundle") for w in (obj or {}).get("webhooks") or [None])
+               for obj in (apiserver.get(plural, WEBHOOK_CONFIGURATION) for plural in
+                           ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")))
+
+
 @contextlib.contextmanager
-def kube_node(variant: str, tls: TlsFiles, keep_logs: Path | None = None) -> Iterator[KubeNode]:
+def kube_node(variant: str, tls: TlsFiles, keep_logs: Path | None = None, *,
+              webhook: bool = False) -> Iterator[KubeNode]:
     """The node of ``variant`` (``nri``: containerd 1.7 with NRI; ``proxy``: kubelet -> koord-runtime-proxy ->
     containerd 1.6), started in dependency order and stopped in reverse, each process by its PID.  ``keep_logs``:
-    a directory that receives every component's log when the node is torn down."""
+    a directory that receives every component's log when the node is torn down.  ``webhook``: the companion serves
+    its admission webhook too, registered in the apiserver (see the module docstring)."""
     stack = contextlib.ExitStack()
     with stack:
         # Short: the NRI and CRI sockets live below it (sun_path is 108 bytes).
@@ -313,11 +361,18 @@ def kube_node(variant: str, tls: TlsFiles, keep_logs: Path | None = None) -> Ite
             return proc
 
         companion_port = free_port()
+        webhook_port = free_port() if webhook else 0
+        webhook_flags: list[str] = []
+        if webhook:
+            _register_webhooks(apiserver, webhook_port)
+            webhook_flags = ["--webhook-addr", f"127.0.0.1:{webhook_port}",
+                             "--leader-elect-namespace", CONFIG_NAMESPACE,
+                             "--webhook-configuration-name", WEBHOOK_CONFIGURATION]
         companion = started(Proc("koord-companion", [
             *console_script("koord-companion"), "--grpc-addr", f"127.0.0.1:{companion_port}",
             "--extender-addr", f"127.0.0.1:{free_port()}", "--metrics-addr", "", "--leader-elect", "false",
             "--kube-api-server", apiserver.host, "--kube-token-file", str(apiserver.token_file),
-            "--kube-ca-file", apiserver.ca_file], logs))
+            "--kube-ca-file", apiserver.ca_file, *webhook_flags], logs))
         cri_socket = containerd.socket
         proxy: Proc | None = None
         if variant == "proxy":
@@ -352,9 +407,12 @@ def kube_node(variant: str, tls: TlsFiles, keep_logs: Path | None = None) -> Ite
         node = KubeNode(variant=variant, tmp=tmp, prefix=prefix, containerd=containerd, apiserver=apiserver,
                         kubelet=kubelet, koordlet=koordlet, companion=companion, proxy=proxy, view=view,
                         cri_socket=cri_socket, kubepods_memory_limit=kubepods_limit, companion_port=companion_port,
-                        procs=procs)
+                        webhook_port=webhook_port, procs=procs)
         node.set_thresholds()
         wait_for("the companion's gRPC port", lambda: _listening(companion_port), START_SECONDS, procs)
+        if webhook:
+            wait_for("the companion's CA in the webhook configurations", lambda: _ca_bundles_written(apiserver),
+                     START_SECONDS, procs)
         wait_for("koordlet's components running", view.ready, START_SECONDS, procs)
         wait_for("the companion's NodeSLO on the node",
                  lambda: (view.slo()["spec"].get("resourceUsedThresholdWithBE") or {}).get("enable") is True,

@@ -134,7 +134,7 @@ class ResourceWatcher:
             thread.join(0.05)
 
     def wait_synced(self, timeout_seconds: float | None = None) -> bool:
-        """Blocks until the first list completed; False on timeout."""
+        """Blocks until the first list completed and its objects went to ``on_event``; False on timeout."""
         return self._synced.wait(timeout_seconds)
 
     # ---------------------------------------------------------------------------------- reading
@@ -199,10 +199,12 @@ class ResourceWatcher:
             events.extend(WatchEvent("DELETED", old) for key, old in self._cache.items() if key not in fresh)
             self._cache = fresh
             self._resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "0")
-        self._synced.set()
         self._backoff.reset()
         for event in events:
             self._dispatch(event)
+        # Synced once the first list has reached the callback (client-go's HasSynced): a reader of what the
+        # callback builds (the admission webhook's view) must not start from a half-delivered list.
+        self._synced.set()
 
     def _watch_once(self) -> None:
         """One watch stream from the cached resourceVersion until the server ends it."""

@@ -1,10 +1,11 @@
 """manifests/: rendered with ``kubectl kustomize`` and validated offline.
 
 Every rendered object is checked against the published Kubernetes schemas (kubernetes-validate, strict: unknown
-fields fail) for a fixed Kubernetes version; Koordinator's sample NodeSLO/NodeMetric objects are checked against
-our CRDs' openAPIV3Schema; then the invariants that no schema knows: RBAC references and least privilege, the
-DaemonSet's mounts against koordlet's host-path defaults, probes against koordlet's routes, the ConfigMap against
-koordlet's own parser.  Integration, because kubectl comes from tests/host-deps.sh.
+fields fail) for a fixed Kubernetes version; Koordinator's sample NodeSLO/NodeMetric/ClusterColocationProfile
+objects are checked against our CRDs' openAPIV3Schema; then the invariants that no schema knows: RBAC references
+and least privilege, the DaemonSet's mounts against koordlet's host-path defaults, probes against koordlet's
+routes, the ConfigMaps against koordlet's and the descheduler's own parsers, the admission webhooks against the
+Service and the companion's flags.  Integration, because kubectl comes from tests/host-deps.sh.
 """
 
 from __future__ import annotations
@@ -23,13 +24,18 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from koordlet.apis.extension import QoSClass
 from koordlet.apis.nodeslo.defaults import (
     default_cpu_burst_strategy,
     default_resource_qos_strategy,
     default_system_strategy,
 )
-from koordlet.apis.sloconfig import render_colocation, render_nodeslo
+from koordlet.apis.sloconfig import LabelSelector, render_colocation, render_nodeslo
 from koordlet.cli.koordlet import build_parser
+from koordlet.companion.colocation.profile import Profile
+from koordlet.companion.colocation.webhook import MUTATE_PATH, VALIDATE_PATH, service_dns_names
+from koordlet.companion.descheduler import lownodeload_args
+from koordlet.companion.descheduler.config import load_config
 from koordlet.config.load import flags_from_args, load
 from koordlet.config.types import HostConfig
 from koordlet.metrics.server import PATH_HEALTHZ
@@ -43,8 +49,11 @@ MANIFESTS = REPO / "manifests"
 KUBE_VERSION = "1.30.0"
 NAMESPACE = "koordinator-system"
 SLO_GROUP = "slo.koordinator.sh"
+CONFIG_GROUP = "config.koordinator.sh"
 # Koordinator's samples: (file, expected kind). All of them are valid objects once null fields are pruned.
 CR_SAMPLES = [
+    ("clustercolocationprofile-example.yaml", "ClusterColocationProfile"),
+    ("clustercolocationprofile-batch-quickstart.yaml", "ClusterColocationProfile"),
     ("nodeslo-after-quickstart-edit.yaml", "NodeSLO"),
     ("nodeslo-crd-reference-sample.yaml", "NodeSLO"),
     ("nodeslo-template-resource-threshold.yaml", "NodeSLO"),
@@ -102,7 +111,8 @@ def test_every_object_validates_against_the_kubernetes_schemas(rendered: list[di
 
 
 def test_namespaced_objects_land_in_koordinator_system(rendered: list[dict[str, Any]]) -> None:
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
+                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
     for obj in rendered:
         namespace = obj["metadata"].get("namespace")
         if obj["kind"] in cluster_scoped:
@@ -163,6 +173,39 @@ def test_crd_shape(objects: dict[tuple[str, str, str], dict[str, Any]], kind: st
                 break
 
 
+def test_cluster_colocation_profile_crd_shape(objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+    crd = _crd(objects, "ClusterColocationProfile")
+    spec = crd["spec"]
+    assert (spec["group"], spec["scope"]) == (CONFIG_GROUP, "Cluster")
+    assert crd["metadata"]["name"] == f"{spec['names']['plural']}.{CONFIG_GROUP}" == \
+        "clustercolocationprofiles.config.koordinator.sh"
+    [version] = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
+    assert version["subresources"] == {"status": {}}
+    schema = version["schema"]["openAPIV3Schema"]
+    preserved = []
+    for path, node in _schema_nodes(schema):
+        # Structural: a type everywhere but on int-or-string and on the free-form patch.
+        assert "type" in node or node.get("x-kubernetes-int-or-string") or node.get(
+            "x-kubernetes-preserve-unknown-fields"), f"{path}: no type"
+        if node.get("x-kubernetes-preserve-unknown-fields"):
+            preserved.append(path)
+    assert preserved == [".spec.patch"]
+    fields = schema["properties"]["spec"]["properties"]
+    assert set(fields) == {"namespaceSelector", "selector", "probability", "qosClass", "priorityClassName",
+                           "koordinatorPriority", "labels", "annotations", "labelKeysMapping",
+                           "annotationKeysMapping", "labelSuffixes", "schedulerName", "patch"}
+    # The classes koordlet knows, in Koordinator's order.
+    assert fields["qosClass"]["enum"] == ["LSE", "LSR", "LS", "BE", "SYSTEM"]
+    assert set(fields["qosClass"]["enum"]) == {c.value for c in QoSClass if c is not QoSClass.NONE}
+    assert fields["probability"]["x-kubernetes-int-or-string"] is True
+    assert fields["probability"]["anyOf"] == [{"type": "integer"}, {"type": "string"}]
+    assert (fields["koordinatorPriority"]["type"], fields["koordinatorPriority"]["format"]) == ("integer", "int32")
+    for selector in ("namespaceSelector", "selector"):
+        assert fields[selector]["x-kubernetes-map-type"] == "atomic"
+        assert fields[selector]["properties"]["matchExpressions"]["items"]["required"] == ["key", "operator"]
+
+
 def _prune_nulls(value: Any) -> Any:
     # kube-apiserver drops null values of fields that are not nullable before validating (the kubebuilder
     # sample's `spec:` with only a comment is `spec: null`).
@@ -200,7 +243,12 @@ def test_koordinator_samples_validate_against_our_crds(
     path = shared_dir / "reference" / "koordinator-samples" / "crs" / sample
     [doc] = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     assert doc["kind"] == kind
-    assert doc["apiVersion"] == f"{SLO_GROUP}/v1alpha1"
+    _assert_valid(objects, kind, doc)
+
+
+def _assert_valid(objects: Mapping[tuple[str, str, str], dict[str, Any]], kind: str, doc: Mapping[str, Any]) -> None:
+    crd = _crd(objects, kind)
+    assert doc["apiVersion"] == f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}"
     errors = sorted(_validator(objects, kind).iter_errors(_prune_nulls(doc)), key=str)
     assert not errors, "\n".join(f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors)
 
@@ -212,11 +260,26 @@ def test_koordinator_samples_validate_against_our_crds(
     ("NodeSLO", {"spec": {"cpuBurstStrategy": {"cpuBurstPercnt": 1000}}}),
     ("NodeMetric", {"spec": {"metricCollectPolicy": {"nodeMemoryCollectPolicy": "usage"}}}),
     ("NodeMetric", {"status": {"nodeMetric": {"nodeUsage": {"resources": {"cpu": "1 core"}}}}}),
+    ("ClusterColocationProfile", {"spec": {"qosClass": "be"}}),
+    ("ClusterColocationProfile", {"spec": {"koordinatorPriority": "1000"}}),
+    ("ClusterColocationProfile", {"spec": {"probability": 0.5}}),
+    ("ClusterColocationProfile", {"spec": {"labels": {"koordinator.sh/mutated": True}}}),
+    ("ClusterColocationProfile", {"spec": {"selector": {"matchExpressions": [{"key": "app"}]}}}),
+    ("ClusterColocationProfile", {"spec": {"namespaceSelector": {"matchLabel": {"team": "batch"}}}}),
 ])
 def test_crd_schemas_reject_bad_objects(objects: dict[tuple[str, str, str], dict[str, Any]], kind: str,
                                         bad: dict[str, Any]) -> None:
-    doc = {"apiVersion": f"{SLO_GROUP}/v1alpha1", "kind": kind, "metadata": {"name": "node-1"}, **bad}
+    group = _crd(objects, kind)["spec"]["group"]
+    doc = {"apiVersion": f"{group}/v1alpha1", "kind": kind, "metadata": {"name": "node-1"}, **bad}
     assert list(_validator(objects, kind).iter_errors(doc))
+
+
+@pytest.mark.parametrize("probability", [0, 100, "30%"])
+def test_profile_probability_is_an_int_or_a_string(objects: dict[tuple[str, str, str], dict[str, Any]],
+                                                   probability: int | str) -> None:
+    doc = {"apiVersion": f"{CONFIG_GROUP}/v1alpha1", "kind": "ClusterColocationProfile",
+           "metadata": {"name": "p"}, "spec": {"probability": probability}}
+    _assert_valid(objects, "ClusterColocationProfile", doc)
 
 
 # ------------------------------------------------------------------------------------------ RBAC
@@ -300,17 +363,38 @@ def test_companion_grants(objects: dict[tuple[str, str, str], dict[str, Any]]) -
         ("", SLO_GROUP, "nodemetrics", "create"), ("", SLO_GROUP, "nodemetrics/status", "update"),
         (NAMESPACE, "", "configmaps", "watch"), (NAMESPACE, "coordination.k8s.io", "leases", "update"),
         (NAMESPACE, "", "secrets", "create"), (NAMESPACE, "", "secrets", "get"),
+        # pod webhooks: the profiles, the namespaces' labels, the priority classes' values, its own caBundle
+        ("", CONFIG_GROUP, "clustercolocationprofiles", "list"),
+        ("", CONFIG_GROUP, "clustercolocationprofiles", "watch"),
+        ("", "", "namespaces", "list"), ("", "", "namespaces", "watch"),
+        ("", "scheduling.k8s.io", "priorityclasses", "list"), ("", "scheduling.k8s.io", "priorityclasses", "watch"),
+        ("", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get"),
+        ("", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update"),
+        ("", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "get"),
+        ("", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "update"),
+        # descheduler: each round's snapshot, priorityThreshold by name, evictions, autoCordon
+        ("", "", "nodes", "list"), ("", "", "pods", "list"), ("", SLO_GROUP, "nodemetrics", "list"),
+        ("", "scheduling.k8s.io", "priorityclasses", "get"), ("", "", "nodes", "patch"),
     }
     assert needed <= grants
+    # Profiles and namespaces are read, never written.
+    assert {g[3] for g in grants if g[2] in ("clustercolocationprofiles", "namespaces")} == {"list", "watch"}
     # ConfigMaps, Leases and Secrets only in its own namespace; nothing may delete.
     assert not {g for g in grants if g[2] in ("configmaps", "leases", "secrets") and g[0] != NAMESPACE}
     assert not {g for g in grants if g[3] in ("delete", "deletecollection", "escalate", "bind", "impersonate")}
     assert not {g for g in grants if g[2] == "nodes/proxy"}
-    # The Secret and the Lease it reads and rewrites are named; only create cannot be.
+    # The Secrets and the Lease it reads and rewrites are named; only create cannot be.
     role = _one(objects, "Role", "koord-companion", NAMESPACE)
     for rule in role["rules"]:
         if rule["resources"] in (["secrets"], ["leases"]) and rule["verbs"] != ["create"]:
-            assert rule["resourceNames"] in (["koord-companion-tls"], ["koord-companion"]), rule
+            assert rule["resourceNames"] in (["koord-companion-tls", "koord-companion-webhook-certs"],
+                                             ["koord-companion"]), rule
+    # Webhook configurations: only its own two, by name, and never created or deleted by it (the install does).
+    cluster_role = _one(objects, "ClusterRole", "koord-companion")
+    for rule in cluster_role["rules"]:
+        if rule["apiGroups"] == ["admissionregistration.k8s.io"]:
+            assert rule["resourceNames"] == ["koord-companion"], rule
+            assert not {"create", "delete"} & set(rule["verbs"]), rule
 
 
 # ------------------------------------------------------------------------------------------ koordlet DaemonSet
@@ -430,13 +514,14 @@ def test_companion_deployment_service_and_pdb(objects: dict[tuple[str, str, str]
     container = _container(deployment, "koord-companion")
     assert "--leader-elect=true" in container["args"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert set(ports) == {"grpc", "extender", "metrics"}
+    assert set(ports) == {"grpc", "extender", "metrics", "webhook"}
     for selector in (service["spec"]["selector"], pdb["spec"]["selector"]["matchLabels"],
                      deployment["spec"]["selector"]["matchLabels"]):
         assert selector.items() <= labels.items()
     for port in service["spec"]["ports"]:
         assert port["targetPort"] in ports
-        assert port["port"] == ports[port["targetPort"]]
+        # kube-apiserver calls a webhook service on 443 unless told otherwise; the rest keep their numbers.
+        assert port["port"] == (443 if port["name"] == "webhook" else ports[port["targetPort"]])
     assert pdb["spec"]["minAvailable"] == 1
 
 
@@ -510,6 +595,80 @@ def test_network_policy_admits_only_the_scheduler_to_the_extender(
     [extender] = by_port["extender"]
     assert extender == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
                          "podSelector": {"matchLabels": {"component": "kube-scheduler"}}}]
+    # kube-apiserver calls the webhooks from the control-plane nodes' addresses, which no selector matches; with
+    # failurePolicy Ignore a closed port would let every pod through unprofiled without a word.
+    assert by_port["webhook"] == [None]
+
+
+# ------------------------------------------------------------------------------------------ admission webhooks
+
+# (configuration kind, webhook name) -> (path the companion serves, operations), as Koordinator's mpod-create /
+# vpod webhooks (its config/webhook/manifests.yaml).
+WEBHOOKS = {
+    ("MutatingWebhookConfiguration", "mpod-create.koordinator.sh"): (MUTATE_PATH, ["CREATE"]),
+    ("ValidatingWebhookConfiguration", "vpod.koordinator.sh"): (VALIDATE_PATH, ["CREATE", "UPDATE"]),
+}
+
+
+def _webhook(objects: Mapping[tuple[str, str, str], dict[str, Any]], kind: str) -> dict[str, Any]:
+    [webhook] = _one(objects, kind, "koord-companion")["webhooks"]
+    return webhook
+
+
+@pytest.mark.parametrize(("kind", "name"), list(WEBHOOKS))
+def test_pod_webhook(objects: dict[tuple[str, str, str], dict[str, Any]], kind: str, name: str) -> None:
+    path, operations = WEBHOOKS[(kind, name)]
+    webhook = _webhook(objects, kind)
+    assert webhook["name"] == name
+    assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
+                                 "resources": ["pods"], "scope": "Namespaced"}]
+    # Ignore: a companion that is down or slow must never stop pods from being created.
+    assert (webhook["failurePolicy"], webhook["sideEffects"], webhook["admissionReviewVersions"],
+            webhook["timeoutSeconds"]) == ("Ignore", "None", ["v1"], 3)
+    # The companion writes caBundle (its bootstrapped CA); one in the manifest would be stale after rotation.
+    assert "caBundle" not in webhook["clientConfig"] and "url" not in webhook["clientConfig"]
+    assert "objectSelector" not in webhook  # profiles select pods themselves
+    service_ref = webhook["clientConfig"]["service"]
+    assert (service_ref["namespace"], service_ref["path"]) == (NAMESPACE, path)
+    # The Service port kube-apiserver dials leads to the container port the companion's webhook listens on.
+    service = _one(objects, "Service", service_ref["name"], NAMESPACE)
+    [port] = [p for p in service["spec"]["ports"] if p["port"] == service_ref.get("port", 443)]
+    container = _container(_one(objects, "Deployment", "koord-companion", NAMESPACE), "koord-companion")
+    [container_port] = [p for p in container["ports"] if p["name"] == port["targetPort"]]
+    assert (container_port["name"], container_port["containerPort"]) == ("webhook", 9443)
+
+
+@pytest.mark.parametrize("kind", sorted({kind for kind, _name in WEBHOOKS}))
+@pytest.mark.parametrize(("namespace", "called"), [
+    ("default", True), ("batch-jobs", True), ("kube-system", False), (NAMESPACE, False)])
+def test_pod_webhooks_skip_system_namespaces(objects: dict[tuple[str, str, str], dict[str, Any]], kind: str,
+                                             namespace: str, called: bool) -> None:
+    # kube-apiserver labels every namespace kubernetes.io/metadata.name=<name>: the selector is a name list.
+    # koordinator-system too, so the companion's own pods start while no replica can answer.
+    selector = LabelSelector.from_json(_webhook(objects, kind)["namespaceSelector"], "namespaceSelector")
+    assert selector.matches({"kubernetes.io/metadata.name": namespace}) is called
+
+
+def test_webhook_flags_name_the_installed_objects(objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+    args = _companion_args(objects)
+    container = _container(_one(objects, "Deployment", "koord-companion", NAMESPACE), "koord-companion")
+    [port] = [p["containerPort"] for p in container["ports"] if p["name"] == "webhook"]
+    assert args.webhook_addr == f":{port}"
+    assert args.webhook_cert_dir == ""  # bootstrapped Secret, whose name RBAC grants by name
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        _one(objects, kind, args.webhook_configuration_name)
+        assert _webhook(objects, kind)["clientConfig"]["service"]["name"] == args.webhook_service_name
+    role = _one(objects, "Role", "koord-companion", NAMESPACE)
+    assert any(rule["resources"] == ["secrets"] and args.webhook_secret_name in rule.get("resourceNames", ())
+               and set(rule["verbs"]) == {"get", "update"} for rule in role["rules"])
+    cluster_role = _one(objects, "ClusterRole", "koord-companion")
+    assert any(args.webhook_configuration_name in rule.get("resourceNames", ()) and "update" in rule["verbs"]
+               for rule in cluster_role["rules"] if rule["apiGroups"] == ["admissionregistration.k8s.io"])
+    # kube-apiserver checks the serving certificate against <service>.<namespace>.svc; the companion issues it for
+    # its --webhook-service-name in its own namespace.
+    service_ref = _webhook(objects, "MutatingWebhookConfiguration")["clientConfig"]["service"]
+    assert f"{service_ref['name']}.{service_ref['namespace']}.svc" in service_dns_names(
+        args.webhook_service_name, args.leader_elect_namespace)
 
 
 # ------------------------------------------------------------------------------------------ config objects
@@ -543,6 +702,76 @@ def test_slo_controller_config_parses_with_koordlet(objects: dict[tuple[str, str
     assert colocation.enable is True
 
 
+# ------------------------------------------------------------------------------------------ descheduler
+
+DESCHEDULER_CONFIGMAP = "koord-descheduler-config"
+
+
+def _descheduler_config_text(objects: Mapping[tuple[str, str, str], dict[str, Any]]) -> str:
+    data = _one(objects, "ConfigMap", DESCHEDULER_CONFIGMAP, NAMESPACE)["data"]
+    assert set(data) == {DESCHEDULER_CONFIGMAP}  # the key koord-descheduler's own ConfigMap uses
+    text: str = data[DESCHEDULER_CONFIGMAP]
+    return text
+
+
+def test_descheduler_config_is_mounted_where_the_flag_points(
+        objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+    args = _companion_args(objects)
+    deployment = _one(objects, "Deployment", "koord-companion", NAMESPACE)
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    found = []
+    for mount in _container(deployment, "koord-companion")["volumeMounts"]:
+        source = volumes[mount["name"]].get("configMap")
+        if source is None or source["name"] != DESCHEDULER_CONFIGMAP:
+            continue
+        assert mount["readOnly"] is True
+        assert "subPath" not in mount  # a subPath mount never sees the ConfigMap's later edits
+        for item in source["items"]:
+            found.append((f"{mount['mountPath']}/{item['path']}", item["key"]))
+    assert found == [(args.descheduler_config, DESCHEDULER_CONFIGMAP)]
+    assert args.descheduler_dry_run is None  # the ConfigMap's dryRun decides
+
+
+def test_descheduler_config_runs_low_node_load(objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+    doc = yaml.safe_load(_descheduler_config_text(objects))
+    assert (doc["apiVersion"], doc["kind"]) == ("descheduler/v1alpha2", "DeschedulerConfiguration")
+    assert doc["dryRun"] is False
+    for limit in ("maxNoOfPodsToEvictPerNode", "maxNoOfPodsToEvictPerNamespace", "maxNoOfPodsToEvictTotal"):
+        assert isinstance(doc[limit], int) and doc[limit] > 0, limit
+    assert doc["maxNoOfPodsToEvictPerNode"] <= doc["maxNoOfPodsToEvictTotal"]
+    [profile] = doc["profiles"]
+    assert profile["plugins"]["balance"]["enabled"] == [{"name": "LowNodeLoad"}]
+    args = {c["name"]: c.get("args") or {} for c in profile["pluginConfig"]}
+    low_node_load = args["LowNodeLoad"]
+    assert set(low_node_load["lowThresholds"]) == set(low_node_load["highThresholds"]) == {"cpu", "memory"}
+    for resource, low in low_node_load["lowThresholds"].items():
+        assert 0 < low < low_node_load["highThresholds"][resource] <= 100, resource
+    # Never evict the control plane's or our own pods.
+    assert {"kube-system", NAMESPACE} <= set(low_node_load["evictableNamespaces"]["exclude"])
+    # The evictor's safety filters stay on: no local-storage, no system-critical pods.
+    evictor = args["DefaultEvictor"]
+    assert evictor["evictLocalStoragePods"] is False and evictor["evictSystemCriticalPods"] is False
+
+
+def test_descheduler_config_loads_with_the_descheduler(objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+    config = load_config(_descheduler_config_text(objects), DESCHEDULER_CONFIGMAP)
+    assert (config.interval_seconds, config.dry_run) == (60.0, False)
+    assert (config.limits.per_node, config.limits.per_namespace, config.limits.total) == (2, 5, 10)
+    [profile] = config.profiles
+    # DefaultEvictor replaces upstream's default MigrationController (PodMigrationJobs need koord-scheduler).
+    assert profile.plugins["evict"] == profile.plugins["filter"] == ("DefaultEvictor",)
+    assert profile.balance == ("LowNodeLoad",)
+    filters = profile.evictor_args
+    assert not (filters.evict_local_storage_pods or filters.evict_system_critical_pods or filters.evict_all_bare_pods)
+    low_node_load = lownodeload_args.parse_args(profile.plugin_args["LowNodeLoad"], "LowNodeLoad")
+    [pool] = low_node_load.node_pools
+    assert (dict(pool.low_thresholds), dict(pool.high_thresholds)) == ({"cpu": 20, "memory": 30},
+                                                                       {"cpu": 50, "memory": 60})
+    assert low_node_load.evictable_namespaces is not None
+    assert [low_node_load.evictable_namespaces.allows(ns) for ns in ("default", "kube-system", NAMESPACE)] == [
+        True, False, False]
+
+
 # ------------------------------------------------------------------------------------------ scheduler example
 
 
@@ -556,6 +785,22 @@ def _scheduler_config() -> dict[str, Any]:
 def test_examples_are_not_installed() -> None:
     kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text(encoding="utf-8"))
     assert not [r for r in kustomization["resources"] if r.startswith("examples")]
+
+
+def test_example_profile_validates_and_names_installed_objects(
+        objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+    path = MANIFESTS / "examples" / "clustercolocationprofile-batch.yaml"
+    [doc] = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+    _assert_valid(objects, doc["kind"], doc)
+    assert Profile.from_object(doc).name == "batch-workload"  # the webhook's own parser takes it
+    spec = doc["spec"]
+    # koord-batch (5000-5999) is the band Koordinator pairs with BE; its PriorityClass is installed.
+    assert (spec["qosClass"], spec["priorityClassName"]) == ("BE", "koord-batch")
+    assert _one(objects, "PriorityClass", spec["priorityClassName"])["value"] == 5000
+    # Only namespaces that opt in.
+    namespaces = LabelSelector.from_json(spec["namespaceSelector"], "namespaceSelector")
+    assert not namespaces.matches({"kubernetes.io/metadata.name": "default"})
+    assert namespaces.matches({"kubernetes.io/metadata.name": "jobs", "koordinator.sh/enable-colocation": "true"})
 
 
 def test_scheduler_extender_points_at_the_companion(objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
