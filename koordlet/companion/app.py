@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -42,6 +42,10 @@ from koordlet.companion.auth import (
     TokenReviewAuthenticator,
 )
 from koordlet.companion.batchresource import BatchValues, CPUMemory, NodeInput, PodInput, calculate, needs_update
+from koordlet.companion.colocation.cache import ClusterCache
+from koordlet.companion.colocation.webhook import WebhookOptions, WebhookService
+from koordlet.companion.descheduler.config import DeschedulerConfig
+from koordlet.companion.descheduler.runner import Descheduler
 from koordlet.companion.extender import LoadAwareArgs, LoadAwareExtender, NodeStore, make_server
 from koordlet.companion.ratelimit import (
     DEFAULT_BURST,
@@ -56,10 +60,6 @@ from koordlet.errors import ConfigError, KoordletError
 from koordlet.metrics.server import DEFAULT_LIMITS as METRICS_LIMITS
 from koordlet.metrics.server import MetricsServer, serve
 from koordlet.system.httpserver import ServerLimits
-
-if TYPE_CHECKING:
-    from koordlet.companion.colocation.webhook import WebhookOptions
-    from koordlet.companion.descheduler.config import DeschedulerConfig
 
 log = logging.getLogger(__name__)
 
@@ -180,16 +180,14 @@ class Companion:
         self.controller.subscribe(self._slo_changed)
         self.batch: dict[str, Any] = {}
         """node -> the last batch calculation (for logs, koordctl and tests)."""
-        self.webhook: Any = None
-        """The admission webhook service (:class:`~koordlet.companion.colocation.webhook.WebhookService`)."""
-        self.cluster_cache: Any = None
-        """The webhook's cluster view (:class:`~koordlet.companion.colocation.cache.ClusterCache`)."""
-        self.descheduler: Any = None
-        """The descheduler (:class:`~koordlet.companion.descheduler.runner.Descheduler`); it runs its rounds only
-        while this replica leads.  Built here so a configuration its plugins refuse fails start-up."""
+        self.webhook: WebhookService | None = None
+        """The admission webhook service."""
+        self.cluster_cache: ClusterCache | None = None
+        """The webhook's cluster view."""
+        self.descheduler: Descheduler | None = None
+        """Runs its rounds only while this replica leads.  Built here so a configuration its plugins refuse fails
+        start-up."""
         if options.descheduler is not None:
-            from koordlet.companion.descheduler.runner import Descheduler
-
             self.descheduler = Descheduler(api_client, options.descheduler, is_leader=lambda: self._leading,
                                            metrics_registry=registry)
 
@@ -437,9 +435,6 @@ class Companion:
     def _start_webhook(self, options: WebhookOptions) -> None:
         """The cluster view's watchers, then the HTTPS server; it answers reviews with a refusal (the webhook's
         failurePolicy admits the pod unmutated) until the view has synced."""
-        from koordlet.companion.colocation.cache import ClusterCache
-        from koordlet.companion.colocation.webhook import WebhookService
-
         cache = ClusterCache(self._api)
         self.cluster_cache = cache
         cache.start()

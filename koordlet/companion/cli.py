@@ -16,6 +16,7 @@ Exit codes: 0 after SIGTERM/SIGINT, 1 when it cannot start, 2 for bad flags.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -282,8 +283,6 @@ def _build(args: argparse.Namespace) -> Companion:
                                  configuration_name=args.webhook_configuration_name)
     descheduler = None
     if args.descheduler_config:
-        import dataclasses
-
         from koordlet.companion.descheduler.config import load_config_file
 
         descheduler = load_config_file(args.descheduler_config)

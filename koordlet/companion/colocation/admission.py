@@ -4,8 +4,10 @@
 (``cluster_colocation_profile.go``), then the ``node.koordinator.sh/extended-resource-spec`` annotation
 (``extended_resource_spec.go``); the answer is an RFC 6902 patch from the pod as received to the pod as
 mutated.  ``validate`` follows ``pkg/webhook/pod/validating`` (``cluster_colocation_profile.go``).  Both never
-raise: a request that cannot be decoded is refused with 400, a failed lookup with 500 (the webhook's
-``failurePolicy: Ignore`` then admits the pod unmutated, as it does for upstream's errors).
+raise: a request that cannot be decoded is refused with 400, a failed lookup (a profile naming a PriorityClass
+that does not exist) with 500.  Like upstream's ``admission.Errored``, such an answer refuses the pod whatever the
+webhook's ``failurePolicy`` (which only covers calls that fail); the webhook server turns the failures that are
+its own (a view not synced yet, a bug) into HTTP errors instead, which ``failurePolicy: Ignore`` admits.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 kept by a list+watch (:class:`~koordlet.companion.kube.watch.ResourceWatcher`), so admitting a pod never waits
 on kube-apiserver.
 
+A namespace the watch has not delivered yet (created a moment before its first pod) is read from kube-apiserver
+once, with a short timeout: upstream counts an unknown namespace as matching every namespaceSelector, which
+would make the pods of a brand-new, unlabelled namespace batch pods.
+
 Profiles are parsed as they arrive.  A profile that does not parse is logged with its name and the field at
 fault and skipped; when an earlier version of it parsed, that version stays in force (an edit with a typo does
 not silently switch a profile off), as Koordinator's webhook keeps serving what it had.
@@ -19,6 +23,7 @@ from kubernetes import client
 
 from koordlet.companion.colocation.admission import PriorityClassInfo
 from koordlet.companion.colocation.profile import Profile
+from koordlet.companion.kube.client import KubeApiError, call_json
 from koordlet.companion.kube.watch import ResourceWatcher, WatchEvent
 from koordlet.errors import KoordletError
 
@@ -27,6 +32,8 @@ log = logging.getLogger(__name__)
 PROFILE_GROUP = "config.koordinator.sh"
 PROFILE_VERSION = "v1alpha1"
 PROFILE_PLURAL = "clustercolocationprofiles"
+NAMESPACE_READ_TIMEOUT_SECONDS = 1.0
+"""A live read of a namespace missing from the cache: well inside the webhook's 3 s ``timeoutSeconds``."""
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -46,12 +53,13 @@ class ClusterCache:
         self._namespaces: dict[str, Mapping[str, str]] = {}
         self._priorities: dict[str, PriorityClassInfo] = {}
         self._lock = threading.Lock()  # writers only
+        self._core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
         self.watchers = [
             ResourceWatcher(custom.list_cluster_custom_object, self._on_profile, name=PROFILE_PLURAL,
                             list_kwargs={"group": PROFILE_GROUP, "version": PROFILE_VERSION,
                                          "plural": PROFILE_PLURAL}, **watch_options),
-            ResourceWatcher(client.CoreV1Api(api_client).list_namespace, self._on_namespace, name="namespaces",
+            ResourceWatcher(self._core.list_namespace, self._on_namespace, name="namespaces",
                             **watch_options),
             ResourceWatcher(client.SchedulingV1Api(api_client).list_priority_class, self._on_priority_class,
                             name="priorityclasses", **watch_options),
@@ -80,7 +88,19 @@ class ClusterCache:
         return tuple(self._profiles.values())
 
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
-        return self._namespaces.get(name)
+        """Cached labels; a miss is read live (None: the namespace does not exist; KubeApiError: the read
+        failed, which the mutation reports and, as upstream, counts as matching)."""
+        found = self._namespaces.get(name)
+        if found is not None or not name:
+            return found
+        try:
+            obj = call_json(self._core.read_namespace, name, timeout=NAMESPACE_READ_TIMEOUT_SECONDS)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return MappingProxyType({str(k): str(v) for k, v in labels.items()})
 
     def priority_class(self, name: str) -> PriorityClassInfo | None:
         return self._priorities.get(name)

@@ -209,7 +209,9 @@ class Descheduler:
     @staticmethod
     def _log_summary(report: RoundReport) -> None:
         if report.skipped:
-            log.info("descheduler round skipped: %s", report.skipped)
+            # A standby replica skips every round: not worth a line each interval.
+            level = logging.DEBUG if report.skipped == "not the leader" else logging.INFO
+            log.log(level, "descheduler round skipped: %s", report.skipped)
             return
         by_result: dict[str, int] = {}
         for record in report.records:

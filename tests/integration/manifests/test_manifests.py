@@ -366,7 +366,7 @@ def test_companion_grants(objects: dict[tuple[str, str, str], dict[str, Any]]) -
         # pod webhooks: the profiles, the namespaces' labels, the priority classes' values, its own caBundle
         ("", CONFIG_GROUP, "clustercolocationprofiles", "list"),
         ("", CONFIG_GROUP, "clustercolocationprofiles", "watch"),
-        ("", "", "namespaces", "list"), ("", "", "namespaces", "watch"),
+        ("", "", "namespaces", "get"), ("", "", "namespaces", "list"), ("", "", "namespaces", "watch"),
         ("", "scheduling.k8s.io", "priorityclasses", "list"), ("", "scheduling.k8s.io", "priorityclasses", "watch"),
         ("", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get"),
         ("", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update"),
@@ -378,7 +378,8 @@ def test_companion_grants(objects: dict[tuple[str, str, str], dict[str, Any]]) -
     }
     assert needed <= grants
     # Profiles and namespaces are read, never written.
-    assert {g[3] for g in grants if g[2] in ("clustercolocationprofiles", "namespaces")} == {"list", "watch"}
+    assert {g[3] for g in grants if g[2] == "clustercolocationprofiles"} == {"list", "watch"}
+    assert {g[3] for g in grants if g[2] == "namespaces"} == {"get", "list", "watch"}
     # ConfigMaps, Leases and Secrets only in its own namespace; nothing may delete.
     assert not {g for g in grants if g[2] in ("configmaps", "leases", "secrets") and g[0] != NAMESPACE}
     assert not {g for g in grants if g[3] in ("delete", "deletecollection", "escalate", "bind", "impersonate")}

@@ -189,6 +189,17 @@ def test_cache_reads_namespaces_and_priority_classes(fake_apiserver: FakeApiServ
         cache.stop()
 
 
+def test_a_namespace_the_watch_has_not_delivered_is_read_live(fake_apiserver: FakeApiServer) -> None:
+    # Upstream counts an unknown namespace as matching every namespaceSelector: a pod created a moment after its
+    # namespace would turn BE.  The cache is not started here, so every namespace is a miss.
+    seed_cluster(fake_apiserver)
+    cache = ClusterCache(make_api_client(fake_apiserver.host, fake_apiserver.token_file, fake_apiserver.ca_file))
+    assert cache.namespace_labels("web") == {"kubernetes.io/metadata.name": "web"}
+    assert cache.namespace_labels("batch-jobs")["koordinator.sh/enable-colocation"] == "true"
+    assert cache.namespace_labels("nowhere") is None
+    assert fake_apiserver.count("get", "namespaces", name="web") == 1
+
+
 def test_webhook_flags() -> None:
     parser = cli.build_parser()
     args = parser.parse_args(["--kube-api-server", "https://x", "--webhook-addr", ":9443"])
