@@ -85,6 +85,17 @@ def string(value: Any, where: str, error: type[Exception] = ParseError) -> str:
     return value
 
 
+def boolean(obj: Mapping[str, Any], key: str, where: str, default: bool, error: type[Exception] = ParseError
+            ) -> bool:
+    """Member ``key`` of ``obj`` as a JSON boolean; absent or ``null`` is ``default``."""
+    value = member(obj, key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise error(f"{where}.{key}: expected true or false, got {value!r}")
+    return value
+
+
 def str_map(value: Any, where: str, error: type[Exception] = ParseError) -> dict[str, str]:
     """``value`` as a ``map[string]string`` (labels, annotations); ``None`` is an empty map."""
     if value is None:

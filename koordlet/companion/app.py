@@ -400,8 +400,8 @@ class Companion:
 
     def _became_leader(self) -> None:
         self._leading = True
-        log.info("leading: writing NodeSLOs, NodeMetrics and batch resources"
-                 + (", descheduling" if self.descheduler is not None else ""))
+        log.info("leading: writing NodeSLOs, NodeMetrics and batch resources",
+                 extra={"descheduling": self.descheduler is not None})
         for node in self.controller.nodes:
             self._queue(node, "slo", "batch", "metric")
 

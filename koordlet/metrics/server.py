@@ -97,11 +97,7 @@ class _Handler(LimitedRequestHandler):
         self._send(200, body, content_type)
 
     def _send(self, code: int, body: bytes, content_type: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_body(code, body, content_type)
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("metrics request", extra={"client": self.client_address[0], "request": format % args})

@@ -242,6 +242,17 @@ class LimitedRequestHandler(BaseHTTPRequestHandler):
         self.connection.settimeout(self.server.limits.write_timeout_seconds)
         super().end_headers()
 
+    def send_body(self, status: int, body: bytes, content_type: str) -> None:
+        """One whole answer: status line, ``Content-Type``, ``Content-Length`` (``Connection: close`` when this
+        connection ends after it) and the body."""
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
     @contextlib.contextmanager
     def request_slot(self) -> Iterator[None]:
         """Holds one of the server's ``max_active_requests`` while the body is read and answered; raises

@@ -74,6 +74,8 @@ def node(request: pytest.FixtureRequest, apiserver_tls: TlsFiles, e2e_report: Re
 
     started = time.monotonic()
     logs = e2e_report.path.parent / f"e2e-logs-{request.module.__name__.rsplit('.', 1)[-1]}-{request.param}"
-    with kube_node(request.param, apiserver_tls, keep_logs=logs) as instance:
+    # A module that sets WEBHOOK = True gets the companion's admission webhook wired into the apiserver.
+    with kube_node(request.param, apiserver_tls, keep_logs=logs,
+                   webhook=getattr(request.module, "WEBHOOK", False)) as instance:
         e2e_report.record("setup", request.param, node_start_seconds=round(time.monotonic() - started, 1))
         yield instance

@@ -9,19 +9,13 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import os
 import ssl
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from tests.e2e.conftest import VARIANTS
 from tests.e2e.harness import Report, cfs_quota, memory_limit, wait_for
 from tests.e2e.node import BATCH_CPU, BATCH_MEMORY, EXTENDED_SPEC, LABEL_QOS, NODE_NAME, KubeNode, MiB
-from tests.fixtures.containerd import unavailable_reason, unified_cgroups
-from tests.fixtures.fakekubelet import TlsFiles
+from tests.fixtures.containerd import unified_cgroups
 
 PERIOD_US = 100_000
 NAMESPACE = "default"
@@ -35,25 +29,10 @@ PROFILE = {
 """Koordinator's batch quick-start profile (without its schedulerName: the node runs no scheduler)."""
 KOORD_BATCH = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "koord-batch"},
                "value": 5000, "preemptionPolicy": "PreemptLowerPriority"}
+WEBHOOK = True
+"""The node fixture (tests/e2e/conftest.py) wires the companion's admission webhook into the apiserver."""
 SETTLE_SECONDS = 60.0
 """Upper bound for the webhook's view and the node's hooks to converge; the figures are measured and reported."""
-
-
-@pytest.fixture(scope="module", params=VARIANTS)
-def node(request: pytest.FixtureRequest, apiserver_tls: TlsFiles, e2e_report: Report) -> Iterator[KubeNode]:
-    """This module's node: the companion serves its admission webhook too."""
-    if os.geteuid() != 0:
-        pytest.skip("node scenarios need root: real containerd, cgroups and processes")
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    from tests.e2e.node import kube_node
-
-    started = time.monotonic()
-    logs = e2e_report.path.parent / f"e2e-logs-colocation_profile-{request.param}"
-    with kube_node(request.param, apiserver_tls, keep_logs=logs, webhook=True) as instance:
-        e2e_report.record("setup_webhook", request.param, node_start_seconds=round(time.monotonic() - started, 1))
-        yield instance
 
 
 def batch_job(name: str) -> dict[str, Any]:

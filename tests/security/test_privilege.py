@@ -183,6 +183,26 @@ COMPANION_GRANTS: dict[Grant, tuple[str, ...]] = {
     (NAMESPACE, "", "secrets", "get"): ("read_namespaced_secret",),
     (NAMESPACE, "", "secrets", "create"): ("create_namespaced_secret",),
     (NAMESPACE, "", "secrets", "update"): ("replace_namespaced_secret",),
+    # pod webhooks: the cluster view (a namespace the watch has not delivered is read live), the caBundle
+    ("", "", "namespaces", "get"): ("read_namespace",),
+    ("", "", "namespaces", "list"): ("list_namespace",),
+    ("", "", "namespaces", "watch"): ("list_namespace", "_Watch"),
+    ("", "scheduling.k8s.io", "priorityclasses", "get"): ("read_priority_class",),  # descheduler priorityThreshold
+    ("", "scheduling.k8s.io", "priorityclasses", "list"): ("list_priority_class",),
+    ("", "scheduling.k8s.io", "priorityclasses", "watch"): ("list_priority_class", "_Watch"),
+    ("", "config.koordinator.sh", "clustercolocationprofiles", "list"): ("list_cluster_custom_object",),
+    ("", "config.koordinator.sh", "clustercolocationprofiles", "watch"): ("list_cluster_custom_object", "_Watch"),
+    ("", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get"): (
+        "read_mutating_webhook_configuration",),
+    ("", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update"): (
+        "replace_mutating_webhook_configuration",),
+    ("", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "get"): (
+        "read_validating_webhook_configuration",),
+    ("", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "update"): (
+        "replace_validating_webhook_configuration",),
+    # descheduler: the cluster each round, CustomPriority's autoCordon
+    ("", SLO, "nodemetrics", "list"): ("list_cluster_custom_object",),
+    ("", "", "nodes", "patch"): ("patch_node",),
 }
 
 
@@ -197,7 +217,11 @@ def _grants(objects: list[dict[str, Any]], service_account: str) -> set[Grant]:
     ("koord-companion", COMPANION_GRANTS, [*(f"koordlet/companion/kube/{module}.py"
                                              for module in ("client", "watch", "backoff", "writers", "lease")),
                                            "koordlet/companion/app.py", "koordlet/companion/auth.py",
-                                           "koordlet/companion/certs.py"]),
+                                           "koordlet/companion/certs.py",
+                                           *(f"koordlet/companion/colocation/{module}.py"
+                                             for module in ("cache", "servingcert")),
+                                           *(f"koordlet/companion/descheduler/{module}.py"
+                                             for module in ("cluster", "framework", "runner"))]),
 ])
 def test_every_grant_is_a_call_the_code_makes(objects: list[dict[str, Any]], service_account: str,
                                               expected: dict[Grant, tuple[str, ...]], sources: list[str]) -> None:
@@ -218,6 +242,12 @@ def test_named_objects_are_granted_by_name(objects: list[dict[str, Any]]) -> Non
                        NAMESPACE)
         assert not allowed(objects, "koord-companion", verb, "coordination.k8s.io", "leases", "kube-scheduler",
                            "kube-system")
+        assert allowed(objects, "koord-companion", verb, "", "secrets", "koord-companion-webhook-certs", NAMESPACE)
+        # Its own webhook configurations (caBundle), not another component's.
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            assert allowed(objects, "koord-companion", verb, "admissionregistration.k8s.io", kind, "koord-companion")
+            assert not allowed(objects, "koord-companion", verb, "admissionregistration.k8s.io", kind,
+                               "istio-sidecar-injector")
 
 
 # ------------------------------------------------------------------------------------- network policy

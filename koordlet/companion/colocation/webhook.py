@@ -128,13 +128,7 @@ class _Handler(LimitedRequestHandler):
         log.debug("webhook request", extra={"client": self.client_address[0], "line": format % args})
 
     def _send(self, status: HTTPStatus, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_body(status, body, content_type)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's method names)
         path = self.path.split("?", 1)[0]
@@ -252,10 +246,13 @@ class WebhookHTTPServer(LimitedHTTPServer):
         elif not decision.profiles and not decision.skipped:
             self.metrics.count(webhook, "mutated" if decision.mutated else "allowed")
         if decision.mutated or decision.skipped:
-            log.info("pod mutated" if decision.mutated else "pod admitted unchanged", extra={
-                "webhook": webhook, "pod": _pod_name(review), "profiles": ",".join(decision.profiles) or "none",
-                "skipped": ",".join(f"{name} (probability)" for name in decision.skipped) or "none",
-                **({"remark": decision.reason} if decision.reason else {})})
+            fields = {"webhook": webhook, "pod": _pod_name(review), "profiles": ",".join(decision.profiles) or "none",
+                      "skipped": ",".join(f"{name} (probability)" for name in decision.skipped) or "none",
+                      **({"remark": decision.reason} if decision.reason else {})}
+            if decision.mutated:
+                log.info("pod mutated", extra=fields)
+            else:
+                log.info("pod admitted unchanged", extra=fields)
 
 
 # ------------------------------------------------------------------------------------- assembled

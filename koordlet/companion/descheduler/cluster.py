@@ -218,7 +218,7 @@ def build_snapshot(nodes: list[Any], pods: list[Any], node_metrics: list[Any], n
         try:
             node = parse_node(obj)
         except ParseError as exc:
-            log.warning("descheduler: skipping a node: %s", exc)
+            log.warning("descheduler: skipping a node", extra={"error": str(exc)})
             continue
         snap.nodes[node.name] = node
         snap.pods_by_node[node.name] = []
@@ -226,7 +226,7 @@ def build_snapshot(nodes: list[Any], pods: list[Any], node_metrics: list[Any], n
         try:
             pod = parse_pod_info(obj)
         except ParseError as exc:
-            log.warning("descheduler: skipping a pod: %s", exc)
+            log.warning("descheduler: skipping a pod", extra={"error": str(exc)})
             continue
         if pod.node in snap.pods_by_node and pod.phase not in ("Succeeded", "Failed"):
             snap.pods_by_node[pod.node].append(pod)
@@ -236,7 +236,7 @@ def build_snapshot(nodes: list[Any], pods: list[Any], node_metrics: list[Any], n
             name = str(member(gojson.mapping(member(metric, "metadata"), "NodeMetric.metadata"), "name") or "")
             status = NodeMetricStatus.from_json(member(metric, "status"), f"NodeMetric {name}.status")
         except ParseError as exc:
-            log.warning("descheduler: skipping a NodeMetric: %s", exc)
+            log.warning("descheduler: skipping a NodeMetric", extra={"error": str(exc)})
             continue
         if status.update_time is not None:
             snap.metric_update_times[name] = status.update_time

@@ -261,7 +261,7 @@ class CustomPriority:
                 continue
             refusal = evictor.filter(pod)
             if refusal is not None:
-                self.log.debug("CustomPriority: pod %s is not a candidate: %s", pod, refusal)
+                self.log.debug("CustomPriority: pod is not a candidate", extra={"pod": str(pod), "reason": refusal})
                 continue
             out.append(pod)
         out.sort(key=_size_order)
@@ -286,7 +286,8 @@ class CustomPriority:
             reasons = self.misfit(pod, node, ledger)
             if not reasons:
                 return node
-            self.log.debug("CustomPriority: pod %s does not fit node %s: %s", pod, node.name, "; ".join(reasons))
+            self.log.debug("CustomPriority: pod does not fit node",
+                           extra={"pod": str(pod), "node": node.name, "reasons": "; ".join(reasons)})
         return None
 
     # ---------------------------------------------------------------------------------------- the round
@@ -297,7 +298,8 @@ class CustomPriority:
             return
         tiers = self.tiers(snap)
         if len(tiers) < 2:
-            self.log.debug("CustomPriority: %d tier(s) with nodes, nothing can move", len(tiers))
+            self.log.debug("CustomPriority: fewer than two tiers with nodes, nothing can move",
+                           extra={"tiers": len(tiers)})
             return
         ledger = _Ledger(snap)
         done = _Round()
@@ -327,17 +329,17 @@ class CustomPriority:
         if not total:
             self.log.info("CustomPriority: nothing to move to a cheaper tier")
             return
-        per_tier = ", ".join(f"{tier}: {count}" for tier, count in done.evicted.items())
-        drained = f"; drained nodes {', '.join(done.drained)}" if done.drained else ""
-        verb = "would evict" if self.args.dry_run or evictor.dry_run else "evicted"
-        self.log.info("CustomPriority: %s %d pod(s) from tiers %s%s", verb, total, per_tier, drained)
+        # In dry-run, the evictions and drained nodes are what the round would have done.
+        self.log.info("CustomPriority: round done", extra={
+            "dry_run": self.args.dry_run or evictor.dry_run, "evictions": total,
+            "evictions_per_tier": dict(done.evicted), "drained_nodes": list(done.drained)})
 
     def _evict(self, pod: PodInfo, target: str, tier: str, evictor: Evictor) -> bool:
         reason = f"CustomPriority: moving from tier {tier} to a cheaper tier (room on node {target})"
         if self.args.dry_run:
             # The plugin's own dryRun (upstream): the evictor is not asked, so its limits are not charged.
-            self.log.info("CustomPriority dry-run: would evict pod %s from node %s (tier %s), room on node %s",
-                          pod, pod.node, tier, target)
+            self.log.info("CustomPriority dry-run: would evict pod",
+                          extra={"pod": str(pod), "node": pod.node, "tier": tier, "target_node": target})
             return True
         return evictor.evict(pod, reason)
 
@@ -387,7 +389,7 @@ class CustomPriority:
                ledger: _Ledger, evictor: Evictor) -> int:
         refusal = self._limit_refusal(source, candidates, evictor)
         if refusal is not None:
-            self.log.info("CustomPriority: not draining node %s: %s", source.name, refusal)
+            self.log.info("CustomPriority: not draining node", extra={"node": source.name, "reason": refusal})
             return 0
         plan: list[tuple[PodInfo, str]] = []
         for pod in candidates:
@@ -395,8 +397,8 @@ class CustomPriority:
             if target is None:
                 for planned, planned_node in plan:
                     ledger.move(planned, planned_node, -1)
-                self.log.info("CustomPriority: not draining node %s: pod %s fits on no node of a cheaper tier",
-                              source.name, pod)
+                self.log.info("CustomPriority: not draining node", extra={
+                    "node": source.name, "pod": str(pod), "reason": "pod fits on no node of a cheaper tier"})
                 return 0
             ledger.move(pod, target.name)
             plan.append((pod, target.name))
@@ -407,7 +409,8 @@ class CustomPriority:
             # Upstream stops draining the node at the first refusal and lets it take pods again.
             for planned, planned_node in plan[index:]:
                 ledger.move(planned, planned_node, -1)
-            self.log.warning("CustomPriority: draining node %s stopped: evicting pod %s failed", source.name, pod)
+            self.log.warning("CustomPriority: draining node stopped: evicting a pod failed",
+                             extra={"node": source.name, "pod": str(pod)})
             if cordoned:
                 self._set_unschedulable(source.name, False)
             return index
@@ -419,7 +422,7 @@ class CustomPriority:
         if node.unschedulable:
             return False
         if self.args.dry_run:
-            self.log.info("CustomPriority dry-run: would cordon node %s", node.name)
+            self.log.info("CustomPriority dry-run: would cordon node", extra={"node": node.name})
             return False
         return self._set_unschedulable(node.name, True)
 
@@ -428,6 +431,7 @@ class CustomPriority:
             self.handle.cordon(node, unschedulable)
         except KubeApiError as exc:
             # Upstream goes on draining when the cordon fails: the pods still fit elsewhere.
-            self.log.error("CustomPriority: setting node %s unschedulable=%s failed: %s", node, unschedulable, exc)
+            self.log.error("CustomPriority: setting node unschedulable failed",
+                           extra={"node": node, "unschedulable": unschedulable, "error": str(exc)})
             return False
         return True

@@ -251,13 +251,14 @@ class Evictor:
         refusal = self._refusal(pod)
         if refusal is not None:
             self._record(pod, reason, refusal)
-            log.info("descheduler: not evicting %s from node %s (%s): %s", pod, pod.node, self.strategy, refusal)
+            log.info("descheduler: not evicting pod",
+                     extra={"pod": str(pod), "node": pod.node, "strategy": self.strategy, "reason": refusal})
             return False
         if self.dry_run:
             self.counts.add(pod)
             self._record(pod, reason, "dry-run")
-            log.info("descheduler dry-run: would evict pod %s from node %s (%s): %s", pod, pod.node, self.strategy,
-                     reason)
+            log.info("descheduler dry-run: would evict pod", extra={"pod": str(pod), "node": pod.node,
+                                                                   "strategy": self.strategy, "reason": reason})
             return True
         if self.api_client is None:
             raise RuntimeError("descheduler evictor has no API client")
@@ -265,17 +266,18 @@ class Evictor:
             result = evict_pod(self.api_client, pod.namespace, pod.name, timeout_seconds=self._timeout)
         except KubeApiError as exc:
             self._record(pod, reason, "error")
-            log.error("descheduler: evicting pod %s failed: %s", pod, exc)
+            log.error("descheduler: evicting pod failed", extra={"pod": str(pod), "error": str(exc)})
             return False
         if result is EvictionResult.BLOCKED_BY_PDB:
             self._record(pod, reason, "blocked")
-            log.info("descheduler: eviction of pod %s refused (disruption budget or throttling)", pod)
+            log.info("descheduler: eviction refused (disruption budget or throttling)", extra={"pod": str(pod)})
             return False
         if result is EvictionResult.GONE:
             self._record(pod, reason, "gone")
-            log.info("descheduler: pod %s was gone before its eviction", pod)
+            log.info("descheduler: pod was gone before its eviction", extra={"pod": str(pod)})
             return False
         self.counts.add(pod)
         self._record(pod, reason, "success")
-        log.info("descheduler: evicted pod %s from node %s (%s): %s", pod, pod.node, self.strategy, reason)
+        log.info("descheduler: evicted pod", extra={"pod": str(pod), "node": pod.node, "strategy": self.strategy,
+                                                "reason": reason})
         return True

@@ -30,12 +30,7 @@ _UNSUPPORTED: Final = ("ignorePodsWithoutPDB", "noEvictionPolicy", "skipEviction
 
 
 def _bool(obj: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
-    value = member(obj, key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
-    return value
+    return gojson.boolean(obj, key, where, default, ConfigError)
 
 
 def optional_count(obj: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int | None:

@@ -56,13 +56,14 @@ class Handle:
     def cordon(self, node: str, unschedulable: bool = True) -> None:
         """Sets ``spec.unschedulable`` of ``node`` (a merge patch); in dry-run only logs.  Raises KubeApiError."""
         if self.dry_run:
-            self.log.info("descheduler dry-run: would set node %s unschedulable=%s", node, unschedulable)
+            self.log.info("descheduler dry-run: would set node unschedulable",
+                          extra={"node": node, "unschedulable": unschedulable})
             return
         if self.api_client is None:
             raise RuntimeError("descheduler handle has no API client")
         call_json(client.CoreV1Api(self.api_client).patch_node, node, {"spec": {"unschedulable": unschedulable}},
                   timeout=self.timeout_seconds, _content_type=MERGE_PATCH)
-        self.log.info("descheduler: set node %s unschedulable=%s", node, unschedulable)
+        self.log.info("descheduler: set node unschedulable", extra={"node": node, "unschedulable": unschedulable})
 
 
 def _name_list(obj: Any, where: str) -> tuple[str, ...]:

@@ -135,7 +135,7 @@ class LowNodeLoad:
     def _process_pool(self, pool: NodePool, snap: Snapshot, evictor: Evictor, processed: set[str]) -> None:
         nodes = self._pool_nodes(pool, snap, processed)
         if not nodes:
-            self.log.info("LowNodeLoad: no nodes in pool %s", pool.name)
+            self.log.info("LowNodeLoad: no nodes in pool", extra={"pool": pool.name})
             return
         low, high, prod_low, prod_high = new_thresholds(pool.use_deviation_thresholds, pool.low_thresholds,
                                                         pool.high_thresholds, pool.prod_low_thresholds,
@@ -144,19 +144,20 @@ class LowNodeLoad:
         usages = node_usages(nodes, names, snap, self.args.node_metric_expiration_seconds)
         set_thresholds(usages, low, high, prod_low, prod_high, names, pool.use_deviation_thresholds)
         classes = classify(usages.values())
-        self.log.info(
-            "LowNodeLoad pool %s: %d nodes, %d under low thresholds, %d above high thresholds, %d prod-low, "
-            "%d prod-high, %d both low (thresholds low %s high %s)", pool.name, len(nodes), len(classes.low),
-            len(classes.high), len(classes.prod_low), len(classes.prod_high), len(classes.both_low), low, high)
+        self.log.info("LowNodeLoad: pool classified", extra={
+            "pool": pool.name, "nodes": len(nodes), "low_nodes": len(classes.low), "high_nodes": len(classes.high),
+            "prod_low_nodes": len(classes.prod_low), "prod_high_nodes": len(classes.prod_high),
+            "both_low_nodes": len(classes.both_low), "low_thresholds": low, "high_thresholds": high})
         if not classes.high and not classes.prod_high:
             return
         abnormal = self._abnormal(classes.high, self._node_detectors, pool.anomaly_condition)
         abnormal_prod = self._abnormal(classes.prod_high, self._prod_detectors, pool.anomaly_condition)
         if not abnormal and not abnormal_prod:
-            self.log.info("LowNodeLoad pool %s: no node overloaded for enough consecutive rounds yet", pool.name)
+            self.log.info("LowNodeLoad: no node overloaded for enough consecutive rounds yet",
+                          extra={"pool": pool.name})
             return
         if not classes.low and not classes.prod_low and not classes.both_low:
-            self.log.info("LowNodeLoad pool %s: no node is underutilized, nothing to do", pool.name)
+            self.log.info("LowNodeLoad: no node is underutilized, nothing to do", extra={"pool": pool.name})
             return
         self._reset(classes.low, self._node_detectors)
         self._reset(classes.prod_low, self._prod_detectors)
@@ -288,8 +289,8 @@ class _Round:
             if not plugin.pod_filter(pod, self.evictor):
                 continue
             if plugin.args.dry_run:
-                plugin.log.info("LowNodeLoad dry-run: would evict pod %s from node %s (pool %s)", pod, source.name,
-                                self.pool.name)
+                plugin.log.info("LowNodeLoad dry-run: would evict pod",
+                                extra={"pod": str(pod), "node": source.name, "pool": self.pool.name})
             elif not self.evictor.evict(pod, _reason(source, prod, self.percents[prod])):
                 continue
             metric = source.pod_metrics.get(pod.key)

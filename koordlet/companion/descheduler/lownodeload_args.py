@@ -73,12 +73,7 @@ class LowNodeLoadArgs:
 
 
 def _bool(obj: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
-    value = member(obj, key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
-    return value
+    return gojson.boolean(obj, key, where, default, ConfigError)
 
 
 def _int(obj: Mapping[str, Any], key: str, where: str, default: int, low: int) -> int:

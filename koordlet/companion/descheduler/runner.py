@@ -116,7 +116,8 @@ class Descheduler:
         if thread is not None:
             thread.join(timeout_seconds)
             if thread.is_alive():
-                log.warning("descheduler: the round in progress did not end within %gs", timeout_seconds)
+                log.warning("descheduler: the round in progress did not end in time",
+                            extra={"timeout_seconds": timeout_seconds})
         self._thread = None
 
     def _loop(self) -> None:
@@ -199,8 +200,8 @@ class Descheduler:
                     evictor.strategy = plugin.name
                     plugin.balance(view, evictor)
             except Exception as exc:
-                log.exception("descheduler: profile %s: plugin %s failed; the round ends", profile.config.name,
-                              evictor.strategy)
+                log.exception("descheduler: plugin failed, the round ends",
+                              extra={"profile": profile.config.name, "plugin": evictor.strategy})
                 report.errors.append(f"{profile.config.name}/{evictor.strategy}: {type(exc).__name__}: {exc}")
                 return
             finally:
@@ -211,12 +212,13 @@ class Descheduler:
         if report.skipped:
             # A standby replica skips every round: not worth a line each interval.
             level = logging.DEBUG if report.skipped == "not the leader" else logging.INFO
-            log.log(level, "descheduler round skipped: %s", report.skipped)
+            log.log(level, "descheduler round skipped", extra={"reason": report.skipped})
             return
         by_result: dict[str, int] = {}
         for record in report.records:
             by_result[record.result] = by_result.get(record.result, 0) + 1
-        verb = "would evict" if report.dry_run else "evicted"
-        log.info("descheduler round%s: %d nodes, %d pods, %s %d pods, results %s, %d errors in %.3fs",
-                 " (dry-run)" if report.dry_run else "", report.nodes, report.pods, verb, len(report.evicted),
-                 by_result, len(report.errors), report.finished - report.started)
+        # In dry-run, the evictions are the pods the round would have evicted.
+        log.info("descheduler round done", extra={
+            "dry_run": report.dry_run, "nodes": report.nodes, "pods": report.pods, "evictions": len(report.evicted),
+            "results": by_result, "errors": len(report.errors),
+            "seconds": round(report.finished - report.started, 3)})

@@ -68,8 +68,8 @@ def raw_allocatable(node: NodeInfo) -> Mapping[str, int]:
             raise ValueError("not an object")
         return {str(k): milli_value(v) if k == CPU else int_value(v) for k, v in parsed.items()}
     except (ValueError, TypeError) as exc:
-        log.warning("descheduler: node %s: bad %s annotation (%s), using its allocatable", node.name,
-                    RAW_ALLOCATABLE_ANNOTATION, exc)
+        log.warning("descheduler: bad raw-allocatable annotation, using the node's allocatable",
+                    extra={"node": node.name, "annotation": RAW_ALLOCATABLE_ANNOTATION, "error": str(exc)})
         return node.allocatable
 
 
@@ -82,10 +82,11 @@ def node_usages(nodes: Iterable[NodeInfo], resource_names: Iterable[str], snap: 
     for node in nodes:
         updated = snap.metric_update_times.get(node.name)
         if node.name not in snap.system_usage or updated is None:
-            log.info("descheduler: node %s has no NodeMetric with a node usage, not considered", node.name)
+            log.info("descheduler: node has no NodeMetric with a node usage, not considered", extra={"node": node.name})
             continue
         if expiration_seconds > 0 and snap.now - updated >= expiration_seconds:
-            log.info("descheduler: NodeMetric of node %s has expired (older than %gs)", node.name, expiration_seconds)
+            log.info("descheduler: NodeMetric has expired", extra={"node": node.name,
+                                                               "expiration_seconds": expiration_seconds})
             continue
         pods = snap.pods_by_node.get(node.name, [])
         prod_pods = [p for p in pods if p.koord_priority == PriorityClass.PROD.value]

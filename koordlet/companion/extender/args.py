@@ -41,12 +41,7 @@ def int_map(value: Any, where: str, low: int, high: int | None) -> dict[str, int
 
 
 def _bool(obj: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
-    value = member(obj, key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
-    return value
+    return gojson.boolean(obj, key, where, default, ConfigError)
 
 
 def aggregation_type(value: Any, where: str) -> AggregationType | None:

@@ -38,13 +38,7 @@ class _Handler(LimitedRequestHandler):
 
     def _send(self, status: HTTPStatus, payload: Any, content_type: str = "application/json") -> None:
         body = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_body(status, body, content_type)
 
     def _error(self, status: HTTPStatus, message: str) -> None:
         self._send(status, {"Error": message})

@@ -138,16 +138,22 @@ def _schema_nodes(schema: Mapping[str, Any], path: str = "") -> Iterator[tuple[s
         yield from _schema_nodes(schema["items"], f"{path}[]")
 
 
-@pytest.mark.parametrize("kind", ["NodeSLO", "NodeMetric"])
-def test_crd_shape(objects: dict[tuple[str, str, str], dict[str, Any]], kind: str) -> None:
-    crd = _crd(objects, kind)
+def _cluster_scoped_v1alpha1(crd: Mapping[str, Any], group: str) -> Mapping[str, Any]:
+    """The CRD's only version, after checking what every CRD here shares: cluster scope, the name
+    ``<plural>.<group>``, v1alpha1 served and stored, a status subresource."""
     spec = crd["spec"]
-    assert spec["group"] == SLO_GROUP
-    assert spec["scope"] == "Cluster"
-    assert crd["metadata"]["name"] == f"{spec['names']['plural']}.{SLO_GROUP}"
+    assert (spec["group"], spec["scope"]) == (group, "Cluster")
+    assert crd["metadata"]["name"] == f"{spec['names']['plural']}.{group}"
     [version] = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
     assert version["subresources"] == {"status": {}}
+    return version
+
+
+@pytest.mark.parametrize("kind", ["NodeSLO", "NodeMetric"])
+def test_crd_shape(objects: dict[tuple[str, str, str], dict[str, Any]], kind: str) -> None:
+    crd = _crd(objects, kind)
+    version = _cluster_scoped_v1alpha1(crd, SLO_GROUP)
     schema = version["schema"]["openAPIV3Schema"]
     preserved = []
     for path, node in _schema_nodes(schema):
@@ -175,14 +181,8 @@ def test_crd_shape(objects: dict[tuple[str, str, str], dict[str, Any]], kind: st
 
 def test_cluster_colocation_profile_crd_shape(objects: dict[tuple[str, str, str], dict[str, Any]]) -> None:
     crd = _crd(objects, "ClusterColocationProfile")
-    spec = crd["spec"]
-    assert (spec["group"], spec["scope"]) == (CONFIG_GROUP, "Cluster")
-    assert crd["metadata"]["name"] == f"{spec['names']['plural']}.{CONFIG_GROUP}" == \
-        "clustercolocationprofiles.config.koordinator.sh"
-    [version] = spec["versions"]
-    assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
-    assert version["subresources"] == {"status": {}}
-    schema = version["schema"]["openAPIV3Schema"]
+    schema = _cluster_scoped_v1alpha1(crd, CONFIG_GROUP)["schema"]["openAPIV3Schema"]
+    assert crd["metadata"]["name"] == "clustercolocationprofiles.config.koordinator.sh"
     preserved = []
     for path, node in _schema_nodes(schema):
         # Structural: a type everywhere but on int-or-string and on the free-form patch.

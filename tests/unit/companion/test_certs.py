@@ -9,7 +9,6 @@ import datetime
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from koordlet.companion.certs import (
     issue,
     serving_certificate,
 )
-from koordlet.companion.kube import make_api_client
 from tests.fixtures.fakeapiserver import FakeApiServer, Fault
 
 NS = "koordinator-system"
@@ -35,12 +33,9 @@ NAMES = ["koord-companion", f"koord-companion.{NS}", f"koord-companion.{NS}.svc"
 
 
 @pytest.fixture
-def api(fake_apiserver: FakeApiServer) -> Iterator[client.ApiClient]:
-    api_client = make_api_client(fake_apiserver.host, fake_apiserver.token_file, fake_apiserver.ca_file)
-    try:
-        yield api_client
-    finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+def api(kube_api: client.ApiClient) -> client.ApiClient:
+    return kube_api
+
 
 
 def now() -> datetime.datetime:

@@ -54,12 +54,9 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
 
 
 @pytest.fixture
-def api(fake_apiserver: FakeApiServer) -> Iterator[client.ApiClient]:
-    api_client = make_api_client(fake_apiserver.host, fake_apiserver.token_file, fake_apiserver.ca_file)
-    try:
-        yield api_client
-    finally:
-        close(api_client)
+def api(kube_api: client.ApiClient) -> client.ApiClient:
+    return kube_api
+
 
 
 def owner_of(node: dict[str, Any]) -> dict[str, Any]:

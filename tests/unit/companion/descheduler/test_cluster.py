@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
 from koordlet.companion.descheduler.cluster import CPU, MEMORY, build_snapshot
+from koordlet.log import record_fields
 from tests.unit.companion.descheduler.scenario import MIB, Scenario
+
+
+def logged(caplog: pytest.LogCaptureFixture, message: str) -> list[dict[str, Any]]:
+    """The ``extra`` fields of each captured record whose message is ``message``."""
+    return [record_fields(r) for r in caplog.records if r.getMessage() == message]
 
 
 def test_snapshot_holds_running_pods_usage_and_readiness(caplog: pytest.LogCaptureFixture) -> None:
@@ -42,4 +49,8 @@ def test_snapshot_holds_running_pods_usage_and_readiness(caplog: pytest.LogCaptu
     assert snap.node_pod_usage["n1"][("default", "web")] == {CPU: 500, MEMORY: 256 * MIB}
     assert snap.usage_if_fresh("n1", 180) is not None
     assert build_snapshot(nodes, [], metrics[:2], scenario.metric_time + 180).usage_if_fresh("n1", 180) is None
-    assert "Pod default/bad" in caplog.text and "NodeMetric" in caplog.text
+    assert logged(caplog, "descheduler: skipping a node") == []
+    [bad_pod] = logged(caplog, "descheduler: skipping a pod")
+    assert "Pod default/bad" in bad_pod["error"]
+    [bad_metric] = logged(caplog, "descheduler: skipping a NodeMetric")
+    assert "NodeMetric" in bad_metric["error"]

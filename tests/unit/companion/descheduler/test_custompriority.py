@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -26,9 +26,14 @@ from koordlet.companion.descheduler.evictorargs import EvictorArgs, Limits
 from koordlet.companion.descheduler.framework import Handle
 from koordlet.companion.descheduler.registry import ARGS_PARSERS, PLUGIN_FACTORIES
 from koordlet.companion.descheduler.runner import Descheduler
-from koordlet.companion.kube import make_api_client
 from koordlet.errors import ConfigError
+from koordlet.log import record_fields
 from tests.fixtures.fakeapiserver import FakeApiServer, make_node, make_pod
+
+
+def logged(caplog: pytest.LogCaptureFixture, message: str) -> list[dict[str, Any]]:
+    """The ``extra`` fields of each captured record whose message is ``message``."""
+    return [record_fields(r) for r in caplog.records if r.getMessage() == message]
 
 GOLD = {"name": "gold", "nodeSelector": {"matchLabels": {"tier": "gold"}}}
 SILVER = {"name": "silver", "nodeSelector": {"matchLabels": {"tier": "silver"}}}
@@ -36,13 +41,9 @@ BRONZE = {"name": "bronze", "nodeSelector": {"matchLabels": {"tier": "bronze"}}}
 
 
 @pytest.fixture
-def api(fake_apiserver: FakeApiServer) -> Iterator[client.ApiClient]:
-    api_client = make_api_client(fake_apiserver.host, fake_apiserver.token_file, fake_apiserver.ca_file)
-    try:
-        yield api_client
-    finally:
-        closing: Any = api_client  # close() is unannotated in the client
-        closing.close()
+def api(kube_api: client.ApiClient) -> client.ApiClient:
+    return kube_api
+
 
 
 def node(server: FakeApiServer, name: str, tier: str | None, *, cpu: str = "4", pods: str = "110",
@@ -407,8 +408,10 @@ def test_drain_node_is_all_or_nothing(fake_apiserver: FakeApiServer, api: client
     caplog.set_level(logging.INFO)
     run(fake_apiserver, api, plugin(api, mode="DrainNode"))
     assert evicted(fake_apiserver) == ["g1-a", "g1-b"]
-    assert "not draining node gold-2: pod default/g2-b fits on no node of a cheaper tier" in caplog.text
-    assert "drained nodes gold-1" in caplog.text
+    assert {"node": "gold-2", "pod": "default/g2-b",
+            "reason": "pod fits on no node of a cheaper tier"} in logged(caplog, "CustomPriority: not draining node")
+    [summary] = logged(caplog, "CustomPriority: round done")
+    assert summary["drained_nodes"] == ["gold-1"] and summary["evictions"] == 2
     # Without autoCordon no node is touched.
     assert fake_apiserver.count("patch", "nodes") == 0
 
@@ -462,7 +465,8 @@ def test_auto_cordon_is_undone_when_draining_fails(fake_apiserver: FakeApiServer
     assert not unschedulable(fake_apiserver, "gold-1")
     assert fake_apiserver.count("patch", "nodes", name="gold-1") == 2
     assert unschedulable(fake_apiserver, "gold-2")
-    assert "draining node gold-1 stopped: evicting pod default/g1-b failed" in caplog.text
+    assert logged(caplog, "CustomPriority: draining node stopped: evicting a pod failed") == [
+        {"node": "gold-1", "pod": "default/g1-b"}]
 
 
 def test_a_node_cordoned_by_someone_else_stays_cordoned(fake_apiserver: FakeApiServer,
@@ -483,7 +487,8 @@ def test_drain_node_never_starts_what_a_limit_would_stop(fake_apiserver: FakeApi
     run(fake_apiserver, api, plugin(api, mode="DrainNode", autoCordon=True), limits=Limits(per_node=1))
     assert fake_apiserver.evictions == []
     assert fake_apiserver.count("patch", "nodes") == 0
-    assert "not draining node gold-1: 2 candidates exceed the per-node eviction limit (1)" in caplog.text
+    assert {"node": "gold-1", "reason": "2 candidates exceed the per-node eviction limit (1)"} in logged(
+        caplog, "CustomPriority: not draining node")
 
 
 def test_drain_node_namespace_limit(fake_apiserver: FakeApiServer, api: client.ApiClient) -> None:
@@ -508,11 +513,14 @@ def test_dry_run_evicts_nothing_and_logs_the_plan(fake_apiserver: FakeApiServer,
     assert fake_apiserver.evictions == []
     assert fake_apiserver.count("patch", "nodes") == 0
     assert fake_apiserver.count("create", "pods", subresource="eviction") == 0
-    assert "CustomPriority dry-run: would cordon node gold-1" in caplog.text
-    for name in ("g1-a", "g1-b"):
-        assert f"CustomPriority dry-run: would evict pod default/{name} from node gold-1 (tier gold)" in caplog.text
-    assert "would evict pod default/g2" not in caplog.text
-    assert "would evict 2 pod(s) from tiers gold: 2; drained nodes gold-1" in caplog.text
+    assert logged(caplog, "CustomPriority dry-run: would cordon node") == [{"node": "gold-1"}]
+    would = logged(caplog, "CustomPriority dry-run: would evict pod")
+    # Only gold-1's pods: gold-2 cannot drain, so none of its pods is named.
+    assert [(f["pod"], f["node"], f["tier"]) for f in would] == [
+        ("default/g1-a", "gold-1", "gold"), ("default/g1-b", "gold-1", "gold")]
+    assert all(f["target_node"] == "bronze-1" for f in would)
+    assert logged(caplog, "CustomPriority: round done") == [
+        {"dry_run": True, "evictions": 2, "evictions_per_tier": {"gold": 2}, "drained_nodes": ["gold-1"]}]
 
 
 def test_descheduler_dry_run_goes_through_the_evictor(fake_apiserver: FakeApiServer, api: client.ApiClient) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,6 @@ from koordlet.companion.descheduler.evictor import (
     Limits,
 )
 from koordlet.companion.descheduler.framework import Handle, Namespaces
-from koordlet.companion.kube import make_api_client
 from tests.fixtures.fakeapiserver import FakeApiServer
 from tests.unit.companion.descheduler.scenario import PodSpec, Scenario
 
@@ -123,12 +121,9 @@ def test_limits_refuse_and_are_recorded() -> None:
 
 
 @pytest.fixture
-def api(fake_apiserver: FakeApiServer) -> Iterator[client.ApiClient]:
-    api_client = make_api_client(fake_apiserver.host, fake_apiserver.token_file, fake_apiserver.ca_file)
-    try:
-        yield api_client
-    finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+def api(kube_api: client.ApiClient) -> client.ApiClient:
+    return kube_api
+
 
 
 def test_eviction_api_answers(fake_apiserver: FakeApiServer, api: client.ApiClient) -> None:

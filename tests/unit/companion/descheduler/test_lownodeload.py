@@ -26,6 +26,17 @@ def run(scenario: Scenario, **args: Any) -> tuple[list[str], LowNodeLoad, Evicto
     return [r.pod.name for r in evictor.records], plugin, evictor
 
 
+def hot_cold_mid() -> Scenario:
+    """A hot node of six 2-core pods, an empty cold node and a middling one."""
+    scenario = Scenario()
+    scenario.node("hot")
+    for i in range(6):
+        scenario.pod(f"app-{i}", "hot", 2000, 1024)
+    cold(scenario)
+    mid(scenario)
+    return scenario
+
+
 def cold(scenario: Scenario, name: str = "cold", **kwargs: Any) -> None:
     scenario.node(name, **kwargs)
 
@@ -77,24 +88,14 @@ def test_nothing_moves_without_a_cold_node_or_when_all_are_cold() -> None:
 
 
 def test_plugin_dry_run_never_calls_the_evictor() -> None:
-    scenario = Scenario()
-    scenario.node("hot")
-    for i in range(6):
-        scenario.pod(f"app-{i}", "hot", 2000, 1024)
-    cold(scenario)
-    mid(scenario)
+    scenario = hot_cold_mid()
     names, plugin, _ = run(scenario, dryRun=True)
     assert names == []
     assert len(plugin.placements) == 3 and {p.target for p in plugin.placements} == {"cold"}
 
 
 def test_expired_node_metric_leaves_the_node_out() -> None:
-    scenario = Scenario()
-    scenario.node("hot")
-    for i in range(6):
-        scenario.pod(f"app-{i}", "hot", 2000, 1024)
-    cold(scenario)
-    mid(scenario)
+    scenario = hot_cold_mid()
     plugin = new_plugin(BASE | {"nodeMetricExpirationSeconds": 60}, Handle(None))
     snap = scenario.snapshot(scenario.metric_time + 60.0)
     evictor = Evictor(None, EvictorArgs(), Limits(), dry_run=True, snap=snap)

@@ -12,7 +12,6 @@ low nor high)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from kubernetes import client
 from koordlet.companion.descheduler.config import load_config
 from koordlet.companion.descheduler.lownodeload import LowNodeLoad
 from koordlet.companion.descheduler.runner import Descheduler, RoundReport
-from koordlet.companion.kube import make_api_client
+from koordlet.log import record_fields
 from tests.fixtures.fakeapiserver import FakeApiServer
 from tests.unit.companion.descheduler.scenario import MIB, Scenario, threshold
 
@@ -30,6 +29,11 @@ HIGH = {"cpu": 50.0, "memory": 60.0}
 LOW = {"cpu": 20.0, "memory": 30.0}
 APP_PODS_PER_HOT_NODE = 6
 PROTECTED = ("ds", "bare", "critical", "scratch", "system")
+
+
+def logged(caplog: pytest.LogCaptureFixture, message: str) -> list[dict[str, Any]]:
+    """The ``extra`` fields of each captured record whose message is ``message``."""
+    return [record_fields(r) for r in caplog.records if r.getMessage() == message]
 
 
 def config_text(**top: Any) -> str:
@@ -82,12 +86,9 @@ def build(hot: int, cold: int) -> Scenario:
 
 
 @pytest.fixture
-def api(fake_apiserver: FakeApiServer) -> Iterator[client.ApiClient]:
-    api_client = make_api_client(fake_apiserver.host, fake_apiserver.token_file, fake_apiserver.ca_file)
-    try:
-        yield api_client
-    finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+def api(kube_api: client.ApiClient) -> client.ApiClient:
+    return kube_api
+
 
 
 def one_round(server: FakeApiServer, api_client: client.ApiClient, scenario: Scenario, text: str,
@@ -208,10 +209,11 @@ def test_dry_run_evicts_nothing_and_logs_what_it_would(fake_apiserver: FakeApiSe
     assert len(would) == 8 * 4 and all(r.result == "dry-run" for r in report.records)
     assert_only_app_pods(would)
     assert_targets_within_high(scenario, plugin, would)
-    logged = caplog.text
-    for namespace, name in would:
-        assert f"would evict pod {namespace}/{name} from node" in logged
-    assert "descheduler round (dry-run)" in logged and "would evict 32 pods" in logged
+    lines = logged(caplog, "descheduler dry-run: would evict pod")
+    assert sorted(f["pod"] for f in lines) == sorted(f"{namespace}/{name}" for namespace, name in would)
+    assert all(f["node"].startswith("hot-") for f in lines)
+    [summary] = logged(caplog, "descheduler round done")
+    assert summary["dry_run"] is True and summary["evictions"] == 32
     for spec in scenario.pods.values():
         assert fake_apiserver.get("pods", spec.name, spec.namespace) is not None
 

@@ -4,7 +4,6 @@ lifecycle against the fake apiserver."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from koordlet.companion.descheduler.cluster import Snapshot
 from koordlet.companion.descheduler.config import load_config
 from koordlet.companion.descheduler.evictor import Evictor
 from koordlet.companion.descheduler.runner import Descheduler
-from koordlet.companion.kube import make_api_client
+from koordlet.log import record_fields
 from tests.fixtures.fakeapiserver import FakeApiServer
 from tests.unit.companion.descheduler.scenario import Scenario
 
@@ -56,12 +55,9 @@ def cluster(*, pool_label: bool = False) -> Scenario:
 
 
 @pytest.fixture
-def api(fake_apiserver: FakeApiServer) -> Iterator[client.ApiClient]:
-    api_client = make_api_client(fake_apiserver.host, fake_apiserver.token_file, fake_apiserver.ca_file)
-    try:
-        yield api_client
-    finally:
-        api_client.close()  # type: ignore[no-untyped-call]
+def api(kube_api: client.ApiClient) -> client.ApiClient:
+    return kube_api
+
 
 
 def test_a_follower_does_nothing(fake_apiserver: FakeApiServer, api: client.ApiClient) -> None:
@@ -112,7 +108,9 @@ def test_a_failing_plugin_ends_the_round_and_the_loop_goes_on(fake_apiserver: Fa
     monkeypatch.setattr(descheduler.plugins()[0], "balance", balance)
     report = descheduler.run_once()
     assert report.errors == ["koord-descheduler/LowNodeLoad: RuntimeError: plugin bug"]
-    assert "plugin LowNodeLoad failed; the round ends" in caplog.text
+    failed = [r for r in caplog.records if r.getMessage() == "descheduler: plugin failed, the round ends"]
+    assert [record_fields(r) for r in failed] == [{"profile": "koord-descheduler", "plugin": "LowNodeLoad"}]
+    assert failed[0].exc_info is not None
 
     descheduler.start()
     try:
