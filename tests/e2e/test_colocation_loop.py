@@ -284,7 +284,12 @@ def test_b_ls_load_step_cuts_be_within_one_interval(node: KubeNode, e2e_report: 
         # Cut: lower than before, or already at the floor the suppression wants to go under (a busy host's
         # system usage can have pushed BE there before the step).
         at_floor = numbers["quota_us"] == quota_before and numbers["suppress_cores"] * PERIOD_US <= quota_before
-        assert cut["action"] == "suppress" and (numbers["quota_us"] < quota_before or at_floor), (
+        # Or the system's own load had already squeezed BE to within the strategy's minimum step of where the LS
+        # load puts it: the round keeps the quota (a smaller change is not worth a write).
+        within_step = (cut["action"] == "none" and numbers.get("skipped") is True
+                       and numbers["quota_us"] <= quota_before
+                       and abs(numbers["quota_us"] - numbers["target_quota_us"]) < numbers["min_delta_us"])
+        assert within_step or (cut["action"] == "suppress" and (numbers["quota_us"] < quota_before or at_floor)), (
             f"the first round that saw LS at {numbers['ls_used_cores']:.2f} cores did not cut BE: {cut}")
         target_cores = numbers["quota_us"] / PERIOD_US
         wait_for("BE's quota in the kernel", lambda: cfs_quota(node.be_dir)[0] <= numbers["quota_us"], 10,

@@ -155,8 +155,14 @@ def test_memory_pressure_kills_the_be_workload_not_ls(real_cgroups: RealCgroups,
         write_nodeslo(nodeslo, enable=True, memoryEvictThresholdPercent=threshold,
                       memoryEvictLowerPercent=threshold - 1)
         wait_until("the BE workload's process killed", lambda: not alive(be_pid), TIMEOUT)
-        evicted = [d for d in agent.qos.options.decisions.history() if d.strategy == "memoryevict"
-                   and d.action == "evict"]
+
+        def evictions() -> list[Decision]:
+            return [d for d in agent.qos.options.decisions.history() if d.strategy == "memoryevict"
+                    and d.action == "evict"]
+
+        # The strategy kills first and records its decision after: on a slow guest the test can see the
+        # process gone before the round that killed it has finished.
+        evicted = wait_until("the memoryevict decision recorded", evictions, TIMEOUT)
         assert [e["pod"] for e in evicted[0].numbers["evicted"]] == ["standalone/be"], evicted[0].summary
         # Rounds after the cooldown, usage still over the threshold: the BE workload is pending (still
         # listed), so it is not evicted again, and LS is never a candidate.
