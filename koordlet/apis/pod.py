@@ -11,6 +11,8 @@ from koordlet.apis import gojson
 from koordlet.apis.extension import (
     RESOURCE_BATCH_CPU,
     RESOURCE_BATCH_MEMORY,
+    RESOURCE_MID_CPU,
+    RESOURCE_MID_MEMORY,
     PriorityClass,
     QoSClass,
     pod_qos,
@@ -29,6 +31,9 @@ class Resources:
     memory_bytes: int | None = None
     batch_cpu_milli: int | None = None
     batch_memory_bytes: int | None = None
+    mid_cpu_milli: int | None = None
+    """``kubernetes.io/mid-cpu`` (already milli-cores, like batch-cpu)."""
+    mid_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,17 @@ class Container:
     """The runtime id with its scheme ("containerd://abc"), empty before the container starts."""
     requests: Resources = Resources()
     limits: Resources = Resources()
+
+
+@dataclass(frozen=True, slots=True)
+class Volume:
+    """One ``spec.volumes`` entry, as far as block IO QoS needs it (``podvolume`` blocks)."""
+
+    name: str
+    claim_name: str = ""
+    """``persistentVolumeClaim.claimName``; empty for other kinds."""
+    csi: bool = False
+    """A CSI ephemeral (inline) volume: kubelet mounts it under its own name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +75,8 @@ class Pod:
     host-network pod, whose "pod IP" is the node's and would put all host traffic in the pod's class."""
     deletion_timestamp: str = ""
     """Set once the pod is being deleted (an eviction granted, a delete): kubelet is stopping it."""
+    volumes: tuple[Volume, ...] = ()
+    """``spec.volumes`` (PVC and CSI ones by kind; H8, blkio ``podvolume``)."""
 
     @property
     def qos(self) -> QoSClass:
@@ -100,6 +118,8 @@ def resources_from_json(spec: Any, where: str) -> Resources:
             memory_bytes=int_value(spec["memory"]) if "memory" in spec else None,
             batch_cpu_milli=int_value(spec[RESOURCE_BATCH_CPU]) if RESOURCE_BATCH_CPU in spec else None,
             batch_memory_bytes=int_value(spec[RESOURCE_BATCH_MEMORY]) if RESOURCE_BATCH_MEMORY in spec else None,
+            mid_cpu_milli=int_value(spec[RESOURCE_MID_CPU]) if RESOURCE_MID_CPU in spec else None,
+            mid_memory_bytes=int_value(spec[RESOURCE_MID_MEMORY]) if RESOURCE_MID_MEMORY in spec else None,
         )
     except ParseError as exc:
         raise ParseError(f"{where}: {exc}") from None
@@ -192,7 +212,20 @@ def pod_from_json(obj: Any) -> Pod:
         deletion_timestamp=str(meta.get("deletionTimestamp") or ""),
         priority_class_name=str(spec.get("priorityClassName") or ""),
         ips=_pod_ips(spec, status, where),
+        volumes=_volumes(spec),
     )
+
+
+def _volumes(spec: Mapping[str, Any]) -> tuple[Volume, ...]:
+    # Lenient: a volume this koordlet cannot read is left out rather than failing the whole pod list.
+    result = []
+    for v in spec.get("volumes") or ():
+        if not isinstance(v, Mapping) or not isinstance(v.get("name"), str):
+            continue
+        pvc = v.get("persistentVolumeClaim")
+        claim = pvc.get("claimName") if isinstance(pvc, Mapping) else None
+        result.append(Volume(v["name"], claim if isinstance(claim, str) else "", isinstance(v.get("csi"), Mapping)))
+    return tuple(result)
 
 
 def pods_from_podlist(obj: Any) -> list[Pod]:

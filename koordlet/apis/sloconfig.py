@@ -342,7 +342,8 @@ def key_errors(data: Mapping[str, Any]) -> dict[str, str]:
             errors[key] = f"{key}: must be a string, got {type(text).__name__}"
     _, problems = render_nodeslo(data, {})
     _, colocation_problems = render_colocation(data, {})
-    for problem in (*problems, *colocation_problems):
+    _, normalization_problems = render_cpu_normalization(data, {})
+    for problem in (*problems, *colocation_problems, *normalization_problems):
         text = str(problem)
         found = next((k for k in data if text.startswith(k)), None)
         if found is not None:

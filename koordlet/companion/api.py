@@ -23,6 +23,11 @@ has one definition; a status that does not decode is ``INVALID_ARGUMENT`` with t
 :data:`MAX_MESSAGE_BYTES`) and ``on_metric`` run on a small thread pool, off the event loop, so a large report or
 a slow consumer never delays a NodeSLO push.
 
+A koordlet that sets ``want_node`` also gets the Kubernetes Node's facts (``node_json``: labels, annotations,
+capacity, allocatable incl. batch-* and mid-*) with each update, and an update whenever they change; an older
+koordlet that does not ask gets exactly the updates it always got.  A report's ``topology_json`` (the node's
+topology, when it changed) is decoded and handed to ``on_topology`` before the status.
+
 ``EvictPod`` answers ``PERMISSION_DENIED`` for a pod that is not on the caller's node (never saying where it is)
 and ``RESOURCE_EXHAUSTED`` when an eviction rate limit refuses it (:mod:`koordlet.companion.ratelimit`); the
 koordlet retries either on a later round.
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -69,6 +75,13 @@ SLOForNode = Callable[[str], tuple[int, Mapping[str, Any], str] | None]
 event loop: it must only read state (no I/O).  The generation must change whenever the spec does and should
 survive a companion restart (the NodeSLO object's ``metadata.generation``), since koordlets send back the
 generation they hold and an equal one is not re-sent."""
+
+NodeForNode = Callable[[str], tuple[bytes, str] | None]
+"""``node name -> (node_json, node_version)``: the Node subset the koordlet receives and a digest naming its
+content, or None while the Node is unknown.  Called on the event loop: it must only read state."""
+
+TopologyConsumer = Callable[[str, dict[str, Any]], None]
+"""Receives a node's topology report (a JSON object) on the ingest pool, before its status."""
 
 MetricConsumer = Callable[[str, NodeMetricStatus], None]
 """Receives each decoded report with its node name; runs on the ingest pool, may block briefly."""
@@ -144,6 +157,19 @@ class CompanionAPIError(KoordletError, RuntimeError):
     """The companion API server could not start (bind, TLS files)."""
 
 
+def node_json_of(obj: Mapping[str, Any]) -> tuple[bytes, str]:
+    """The ``node_json`` subset of a v1.Node object and its ``node_version``.  Compact and key-sorted, so equal
+    facts give equal bytes and the digest changes only with them (not with a heartbeat or a condition)."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    subset = {"metadata": {"name": meta.get("name", ""), "labels": dict(meta.get("labels") or {}),
+                           "annotations": dict(meta.get("annotations") or {})},
+              "status": {"capacity": dict(status.get("capacity") or {}),
+                         "allocatable": dict(status.get("allocatable") or {})}}
+    raw = json.dumps(subset, separators=(",", ":"), sort_keys=True).encode()
+    return raw, hashlib.sha256(raw).hexdigest()[:16]
+
+
 def _unix_ms(seconds: float) -> int:
     return int(seconds * 1000)
 
@@ -170,7 +196,8 @@ class _Servicer(companion_pb2_grpc.CompanionServicer):
             # On the ingest pool: a typical report decodes in ~0.5 ms, but one may be 16 MiB (seconds of
             # decoding), which on the loop would stall every NodeSLO push and keepalive.
             policy_json = await loop.run_in_executor(self._server.ingest_pool, self._server.ingest,
-                                                     request.node_name, bytes(request.status_json))
+                                                     request.node_name, bytes(request.status_json),
+                                                     bytes(request.topology_json))
         except ParseError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Exception as exc:  # the consumer failed: the koordlet retries next interval
@@ -208,6 +235,9 @@ class _Servicer(companion_pb2_grpc.CompanionServicer):
         instance = self._server.instance
         # A generation from another companion instance (restarted, or the other replica) compares with nothing.
         sent = request.last_generation if request.last_instance == instance else None
+        want_node = request.want_node
+        # A digest of the content: comparable across companion instances, unlike generations.
+        sent_node = request.last_node_version if want_node else ""
         wake = asyncio.Event()
         self._server.watchers.setdefault(node, set()).add(wake)
         try:
@@ -215,13 +245,15 @@ class _Servicer(companion_pb2_grpc.CompanionServicer):
                 # Cleared before reading, so a notify() that lands while we read or send is not lost.
                 wake.clear()
                 current = self._server.slo_for_node(node)
-                if current is not None and current[0] != sent:
+                node_json, node_version = (self._server.node_for(node) or (b"", "")) if want_node else (b"", "")
+                if current is not None and (current[0] != sent or node_version != sent_node):
                     generation, spec, origin = current
                     yield companion_pb2.NodeSLOUpdate(
                         generation=generation, spec_json=json.dumps(spec, separators=(",", ":")).encode(),
                         origin=origin, rendered_at_unix_ms=_unix_ms(time.time()), instance=instance,
-                        collect_policy_json=self._server.collect_policy_json(node))
-                    sent = generation
+                        collect_policy_json=self._server.collect_policy_json(node),
+                        node_json=node_json, node_version=node_version)
+                    sent, sent_node = generation, node_version
                     continue
                 await wake.wait()
         finally:
@@ -247,6 +279,7 @@ class CompanionServer:
 
     def __init__(self, bind: str, token: str | None, slo_for_node: SLOForNode, on_metric: MetricConsumer, *,
                  collect_policy: Callable[[str], NodeMetricCollectPolicy | None] | None = None,
+                 node_for_node: NodeForNode | None = None, on_topology: TopologyConsumer | None = None,
                  cert_file: str | None = None, key_file: str | None = None,
                  cert_pem: bytes | None = None, key_pem: bytes | None = None,
                  evict: Evict | None = None, authenticator: Authenticator | None = None,
@@ -278,6 +311,8 @@ class CompanionServer:
         self.slo_for_node = slo_for_node
         self._on_metric = on_metric
         self._collect_policy = collect_policy
+        self._node_for_node = node_for_node
+        self._on_topology = on_topology
         self.evict = evict
         """(node, namespace, name, reason, message) -> "evicted" | "blocked" | "gone"; raises EvictionRefused
         for a pod of another node (PERMISSION_DENIED), EvictionRateLimited over a rate limit (RESOURCE_EXHAUSTED),
@@ -334,9 +369,23 @@ class CompanionServer:
                                 f"node_name {node_name!r}: this caller speaks for node {identity.node!r} only")
         return identity
 
-    def ingest(self, node: str, status_json: bytes) -> bytes:
+    def node_for(self, node: str) -> tuple[bytes, str] | None:
+        """``(node_json, node_version)`` of ``node`` for its koordlet; None when unknown or not provided."""
+        return self._node_for_node(node) if self._node_for_node is not None else None
+
+    def ingest(self, node: str, status_json: bytes, topology_json: bytes = b"") -> bytes:
         """Decodes one report and hands it on; returns the collect policy JSON for the reply (b"" for none).
-        Raises ParseError naming the field path of a bad status."""
+        Raises ParseError naming the field path of a bad status or topology."""
+        if topology_json and self._on_topology is not None:
+            try:
+                topology = json.loads(topology_json)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ParseError(f"topology_json: not valid JSON: {exc}") from None
+            except RecursionError:
+                raise ParseError("topology_json: nested too deeply") from None
+            if not isinstance(topology, dict):
+                raise ParseError(f"topology_json: must be a JSON object, got {type(topology).__name__}")
+            self._on_topology(node, topology)
         try:
             document = json.loads(status_json)
         except (ValueError, UnicodeDecodeError) as exc:

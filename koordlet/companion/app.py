@@ -31,7 +31,7 @@ from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
 from koordlet.apis.pod import pod_from_json
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.apis.sloconfig import configmap_data_from_yaml
-from koordlet.companion.api import DEFAULT_MAX_CONCURRENT_RPCS, CompanionServer, EvictionRefused
+from koordlet.companion.api import DEFAULT_MAX_CONCURRENT_RPCS, CompanionServer, EvictionRefused, node_json_of
 from koordlet.companion.auth import (
     AUTH_MODES,
     CACHE_TTL_SECONDS,
@@ -41,9 +41,18 @@ from koordlet.companion.auth import (
     KubeReviewAPI,
     TokenReviewAuthenticator,
 )
-from koordlet.companion.batchresource import BatchValues, CPUMemory, NodeInput, PodInput, calculate, needs_update
+from koordlet.companion.batchresource import (
+    BatchValues,
+    CPUMemory,
+    HostAppMetric,
+    NodeInput,
+    PodInput,
+    calculate,
+    needs_update,
+)
 from koordlet.companion.colocation.cache import ClusterCache
 from koordlet.companion.colocation.webhook import WebhookOptions, WebhookService
+from koordlet.companion.cpunormalization import CPUNormalizer, amplify_batch_cpu, current_ratio, needs_write
 from koordlet.companion.descheduler.config import DeschedulerConfig
 from koordlet.companion.descheduler.runner import Descheduler
 from koordlet.companion.extender import LoadAwareArgs, LoadAwareExtender, NodeStore, make_server
@@ -56,6 +65,7 @@ from koordlet.companion.ratelimit import (
     RateLimit,
 )
 from koordlet.companion.slocontroller import SLOController
+from koordlet.companion.topology import TopologyReports
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.metrics.server import DEFAULT_LIMITS as METRICS_LIMITS
 from koordlet.metrics.server import MetricsServer, serve
@@ -116,6 +126,8 @@ class _NodeState:
     status_json: dict[str, Any] | None = None
     written: BatchValues | None = None
     written_at: float | None = None
+    node_json: tuple[bytes, str] | None = None
+    """The Node's facts sent to its koordlet (``node_json``, ``node_version``)."""
 
 
 def _split(addr: str) -> tuple[str, int]:
@@ -155,11 +167,25 @@ class Companion:
         authenticator = self._authenticator(options, api_client)
         self.server = CompanionServer(options.grpc_addr, options.token if authenticator is None else None,
                                       self._slo_for_node, self._on_metric,
-                                      collect_policy=self._collect_policy, cert_file=options.cert_file,
+                                      collect_policy=self._collect_policy, node_for_node=self._node_for_node,
+                                      on_topology=self._on_topology, cert_file=options.cert_file,
                                       key_file=options.key_file, cert_pem=options.cert_pem, key_pem=options.key_pem,
                                       evict=self._evict if api_client is not None else None,
                                       authenticator=authenticator, insecure=options.insecure,
                                       max_concurrent_rpcs=options.max_concurrent_rpcs)
+        self.topology_listeners: list[Callable[[str, dict[str, Any]], None]] = []
+        """Each receives every node's topology report (NodeTopologyReport), in order; none: reports are dropped."""
+        # --- node topology (issue 21): reports -> NodeResourceTopology, written by the leader on change ---
+        self.topology = TopologyReports(is_leader=lambda: self._leading)
+        self.topology_listeners.append(self.topology.on_topology)
+        # --- end node topology ---
+        # --- cpu normalization (issue 21): the ratio annotation from the reported CPU basic info ---
+        self.cpu_normalization = CPUNormalizer()
+        self.topology_listeners.append(self._on_cpu_basic_info)
+        self._annotation_writer: Any = None
+        self._batch_ratio: dict[str, str | None] = {}
+        """node -> the ratio the batch-cpu last written was amplified by."""
+        # --- end cpu normalization ---
         self._lock = threading.Lock()
         self._nodes: dict[str, _NodeState] = {}
         self._pod_nodes: dict[tuple[str, str], str] = {}
@@ -180,6 +206,12 @@ class Companion:
         self.controller.subscribe(self._slo_changed)
         self.batch: dict[str, Any] = {}
         """node -> the last batch calculation (for logs, koordctl and tests)."""
+        # --- mid-tier (issue 21) ---
+        self._mid_writer: Any = None
+        self.mid: dict[str, Any] = {}
+        """node -> the last mid calculation (MidResult)."""
+        self._mid_written: dict[str, tuple[Any, float]] = {}
+        # --- end mid-tier ---
         self.webhook: WebhookService | None = None
         """The admission webhook service."""
         self.cluster_cache: ClusterCache | None = None
@@ -229,6 +261,21 @@ class Companion:
             **({"aggregateDurationSeconds": aggregate} if aggregate is not None else {}),
             **({"reportIntervalSeconds": report} if report is not None else {})}})
 
+    def _node_for_node(self, node: str) -> tuple[bytes, str] | None:
+        state = self._nodes.get(node)  # a dict read, atomic: this runs on the API's event loop
+        return state.node_json if state is not None else None
+
+    def _on_topology(self, node: str, topology: dict[str, Any]) -> None:
+        """Hands a report to every listener; one that refuses it (or fails) does not keep it from the others,
+        nor the node's NodeMetric from being stored: the listener keeps its last good report."""
+        for listener in list(self.topology_listeners):
+            try:
+                listener(node, topology)
+            except Exception as exc:
+                log.warning("topology report refused by a listener, its last good one kept",
+                            extra={"node": node, "listener": getattr(listener, "__qualname__", repr(listener)),
+                                   "error": str(exc)})
+
     def _on_metric(self, node: str, status: NodeMetricStatus) -> None:
         """Called on the API's ingest pool: in-memory work only; writes are queued."""
         self.store.update_node_metric(node, status)
@@ -256,8 +303,13 @@ class Companion:
     def set_node(self, obj: Mapping[str, Any]) -> None:
         node = node_input(obj)
         self.store.update_node_json(obj)
+        node_json = node_json_of(obj)
         with self._lock:
-            self._nodes.setdefault(node.name, _NodeState()).node = node
+            state = self._nodes.setdefault(node.name, _NodeState())
+            state.node = node
+            changed, state.node_json = state.node_json != node_json, node_json
+        if changed:  # the koordlet's allocatable, labels or annotations moved: push them on its watch
+            self.server.notify(node.name)
         self.controller.set_node(node.name, node.labels)
         self._queue(node.name, "batch")
 
@@ -266,6 +318,11 @@ class Companion:
         for writer in (self._slo_writer, self._metric_writer, self._batch_writer):
             if writer is not None:
                 writer.backoff.forget(name)
+        self.topology.forget(name)  # node topology
+        self.cpu_normalization.forget(name)  # cpu normalization
+        self._batch_ratio.pop(name, None)  # cpu normalization
+        if self._annotation_writer is not None:  # cpu normalization
+            self._annotation_writer.backoff.forget(name)
         self.controller.remove_node(name)
         with self._lock:
             self._nodes.pop(name, None)
@@ -332,10 +389,81 @@ class Companion:
                 return None
             node_in, pods, metric = state.node, list((state.pods or {}).values()), state.metric
         strategy = self.controller.colocation_for(node)
-        result = calculate(node_in, pods, metric, strategy, self._clock(),
+        # Host applications above batch priority count as system usage (upstream GetHostAppHPUsed) (H3).
+        apps = [HostAppMetric(a.name, CPUMemory.of(a.usage), a.priority)
+                for a in (metric.host_application_metric if metric is not None else ())]
+        result = calculate(node_in, pods, metric, strategy, self._clock(), host_apps=apps,
                            cluster_enabled=self.controller.cluster_colocation_enabled())
         self.batch[node] = result
         return result
+
+    # --- mid-tier resources (issue 21): written with the batch resources, from the same inputs -------------
+
+    def compute_mid(self, node: str) -> Any | None:
+        from koordlet.companion import midresource
+        from koordlet.companion.batchresource import HostAppMetric
+
+        with self._lock:
+            state = self._nodes.get(node)
+            if state is None or state.node is None:
+                return None
+            node_in, pods, metric = state.node, list((state.pods or {}).values()), state.metric
+        apps = [HostAppMetric(a.name, CPUMemory.of(a.usage), a.priority)
+                for a in getattr(metric, "host_application_metric", None) or ()]
+        result = midresource.calculate(node_in, pods, metric, self.controller.colocation_for(node), self._clock(),
+                                       host_apps=apps, cluster_enabled=self.controller.cluster_colocation_enabled())
+        self.mid[node] = result
+        return result
+
+    def _write_mid(self, node: str) -> None:
+        from koordlet.companion import kube  # only with Kubernetes
+
+        result = self.compute_mid(node)
+        if result is None or not self._leading or self._mid_writer is None:
+            return
+        old = self._mid_written.get(node)
+        now = self._clock()
+        if old is None or needs_update(old[0], result.values, old[1], now, self.controller.colocation_for(node)):
+            applied = self._mid_writer.apply(node, result.mid_cpu_milli, result.mid_memory_bytes)
+            if applied is not kube.ApplyResult.DEFERRED:
+                self._mid_written[node] = (result.values, now)
+                log.info("node mid resources", extra={"node": node, "reason": result.reason})
+
+    # --- cpu normalization (issue 21): upstream noderesource plugin cpunormalization ----------------------
+
+    def _on_cpu_basic_info(self, node: str, topology: dict[str, Any]) -> None:
+        """A topology report's CPU basic info (raises ValueError on garbage: the last good info stays)."""
+        if self.cpu_normalization.on_topology(node, topology):
+            self._queue(node, "batch")  # the ratio, and the batch-cpu amplified by it
+
+    def cpu_normalization_ratio(self, node: str) -> str | None:
+        """The ratio this replica last decided for the node (the annotation value), None when none."""
+        return self.cpu_normalization.ratio(node)
+
+    def _write_cpu_normalization(self, node: str) -> str | None:
+        """Decides the node's ratio, patches the annotation when the leader sees it differ from the Node's;
+        returns the ratio the batch-cpu is amplified by."""
+        from koordlet.apis.cpunormalization import ANNOTATION_CPU_NORMALIZATION_RATIO
+        from koordlet.companion import kube  # only with Kubernetes
+
+        with self._lock:
+            state = self._nodes.get(node)
+            node_in = state.node if state is not None else None
+        if node_in is None:
+            return None
+        if not self.controller.configured:  # upstream: no ratio while the config is not available
+            return current_ratio(node_in.annotations)
+        decision = self.cpu_normalization.decide(node, self.controller.cpu_normalization_for(node), node_in.labels,
+                                                 may_fetch=self._leading)
+        if decision.ratio is None:  # nothing decided: the node keeps its ratio, the batch-cpu follows it
+            return current_ratio(node_in.annotations)
+        if not self._leading or self._annotation_writer is None:
+            return decision.ratio
+        if needs_write(node_in.annotations, decision.ratio):
+            applied = self._annotation_writer.apply(node, {ANNOTATION_CPU_NORMALIZATION_RATIO: decision.ratio})
+            if applied is not kube.ApplyResult.DEFERRED:
+                log.info("node cpu normalization ratio", extra={"node": node, "ratio": decision.ratio})
+        return decision.ratio
 
     # --- the writer ------------------------------------------------------------------------------------
 
@@ -367,24 +495,30 @@ class Companion:
         from koordlet.companion import kube  # only with Kubernetes
 
         if "batch" in kinds:
+            ratio = self._write_cpu_normalization(node)  # cpu normalization (issue 21)
             result = self.compute_batch(node)
             if result is not None and self._leading:
                 with self._lock:
                     state = self._nodes[node]
                     old, at = state.written, state.written_at
                 now = self._clock()
-                if old is None or needs_update(old, result, at, now, self.controller.colocation_for(node)):
+                if (old is None or needs_update(old, result, at, now, self.controller.colocation_for(node))
+                        or self._batch_ratio.get(node) != ratio):  # cpu normalization: a new ratio rewrites
                     # A node whose patch kube-apiserver refuses for good backs off alone (DEFERRED) and is
                     # queued again when its pause ends; the other nodes' writes go on.
-                    applied = self._batch_writer.apply(node, result.batch_cpu_milli, result.batch_memory_bytes)
+                    applied = self._batch_writer.apply(node, amplify_batch_cpu(result.batch_cpu_milli, ratio),
+                                                       result.batch_memory_bytes)
                     if applied is not kube.ApplyResult.DEFERRED:
                         with self._lock:
                             state.written, state.written_at = result.values, now
+                        self._batch_ratio[node] = ratio  # cpu normalization
                         log.info("node batch resources", extra={"node": node, "reason": result.reason})
             elif result is not None and self._api is None:
                 log.info("node batch resources not written: no Kubernetes",
                          extra={"node": node, "batch_cpu_milli": result.batch_cpu_milli,
                                 "batch_memory_bytes": result.batch_memory_bytes})
+        if "batch" in kinds:  # mid-tier (issue 21)
+            self._write_mid(node)
         if not self._leading:
             return
         if "slo" in kinds and (rendered := self.controller.spec_for(node)) is not None:
@@ -404,6 +538,7 @@ class Companion:
                  extra={"descheduling": self.descheduler is not None})
         for node in self.controller.nodes:
             self._queue(node, "slo", "batch", "metric")
+        self.topology.resync()  # node topology: each node's latest report checked against its object
 
     def _stopped_leading(self) -> None:
         self._leading = False
@@ -451,6 +586,7 @@ class Companion:
         from kubernetes import client
 
         from koordlet.companion import kube
+        from koordlet.companion.kube.nodeannotations import NodeAnnotationWriter, nrt_annotations  # cpu norm.
 
         def on_node(event: Any) -> None:
             if event.type == "DELETED":
@@ -471,12 +607,17 @@ class Companion:
         self._slo_writer = kube.NodeSLOWriter(self._api, on_retry=lambda node: self._queue(node, "slo"))
         self._metric_writer = kube.NodeMetricWriter(self._api, on_retry=lambda node: self._queue(node, "metric"))
         self._batch_writer = kube.NodeBatchResourceWriter(self._api, on_retry=lambda node: self._queue(node, "batch"))
+        self._annotation_writer = NodeAnnotationWriter(  # cpu normalization (issue 21)
+            self._api, on_retry=lambda node: self._queue(node, "batch"))
+        self.cpu_normalization.fetch = lambda node: nrt_annotations(self._api, node)  # cpu normalization
+        self._mid_writer = kube.NodeMidResourceWriter(self._api, on_retry=lambda node: self._queue(node, "batch"))
         self._watchers = [
             kube.ConfigMapWatcher(self._api, on_configmap, namespace=self.options.config_namespace,
                                   name=self.options.config_name),
             kube.NodeWatcher(self._api, on_node),
             kube.ResourceWatcher(client.CoreV1Api(self._api).list_pod_for_all_namespaces, on_pod, name="pods"),
         ]
+        self.topology.start(self._api)  # node topology: its writer thread (writes only while leading)
         for watcher in self._watchers:
             watcher.start()
         if self.descheduler is not None:
@@ -527,6 +668,9 @@ class Companion:
             self._metrics.stop()
             self._metrics = None
         self.server.stop()
+        self.topology.stop()  # node topology
+        if self._annotation_writer is not None:  # cpu normalization
+            self._annotation_writer.backoff.close()
         for writer in (self._slo_writer, self._metric_writer, self._batch_writer):
             if writer is not None:
                 writer.backoff.close()  # pending retry timers

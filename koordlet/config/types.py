@@ -201,7 +201,7 @@ class QoSManagerConfig:
     nodeslo_file: str = opt("", "NodeSLO for this node when there is no companion: a NodeSLO object or spec, or a "
                                 "slo-controller-config ConfigMap (YAML or JSON); re-read when it changes; empty: "
                                 "Koordinator's defaults (suppress and eviction off)", flag="--nodeslo-file")
-    reconcile_interval_seconds: float = opt(1.0, "interval of cpuburst and cgreconcile",
+    reconcile_interval_seconds: float = opt(1.0, "interval of cpuburst, cgreconcile and sysreconcile",
                                             flag="--reconcile-interval-seconds", check=positive, duration=True)
     cpu_suppress_interval_seconds: float = opt(1.0, "interval of cpusuppress", flag="--cpu-suppress-interval-seconds",
                                                check=positive, duration=True)

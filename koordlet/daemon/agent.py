@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from koordlet import native
-from koordlet.apis.nodemetric import NodeMetricCollectPolicy
+from koordlet.apis.extension import QoSClass
+from koordlet.apis.nodemetric import MemoryCollectPolicy, NodeMetricCollectPolicy
+from koordlet.apis.nodeslo import HostApplicationSpec
 from koordlet.component import Component
 from koordlet.config import gates
 from koordlet.config.types import Config, QoSManagerConfig, split_list
@@ -41,6 +43,7 @@ from koordlet.resourceexecutor import AuditLog, ResourceExecutor, oomscore
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.resourceexecutor.netqos import NetQoS
 from koordlet.resourceexecutor.resctrl import MB_MAX_AMD, MB_MAX_PERCENT, ResctrlExecutor
+from koordlet.resourceexecutor.sysctl import ORIGINALS_FILE, SysctlExecutor
 from koordlet.resourceexecutor.tc import TcNetQoS
 from koordlet.resourceexecutor.terway import TerwayNetQoS
 from koordlet.runtimehooks.apply import Applier
@@ -48,7 +51,10 @@ from koordlet.runtimehooks.component import RuntimeHooks
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookCallRecorder, HookRunner, Stage, failure_policy
 from koordlet.runtimehooks.hooks import build_hooks
+from koordlet.runtimehooks.reconciler import HostAppTarget
 from koordlet.runtimehooks.tenant import TenantGate
+from koordlet.statesinformer import hostapps
+from koordlet.statesinformer.cpubasicinfo import NormalizationRatio
 from koordlet.statesinformer.informer import StatesInformer
 from koordlet.statesinformer.kubelet import KubeletClient, KubeletOptions
 from koordlet.statesinformer.kubeletconfig import KubeletConfigSync
@@ -57,7 +63,7 @@ from koordlet.statesinformer.nodeslo import FileNodeSLOSource, NodeSLOHolder
 from koordlet.statesinformer.pleg import Pleg
 from koordlet.statesinformer.podsource import KubeletPodSource
 from koordlet.system.hostpaths import HostPaths
-from koordlet.system.kubepaths import DriverGuess, detect_driver
+from koordlet.system.kubepaths import CgroupDriver, DriverGuess, KubeQoS, detect_driver, qos_dir, under_parent
 from koordlet.system.layout import CgroupLayout, detect_layout
 from koordlet.system.node import NodeInfo
 from koordlet.system.probes import ProbeResult
@@ -90,6 +96,8 @@ def cache_settings(config: Config, state_dir: Path) -> CacheSettings:
                  **dict.fromkeys(names.VOLATILE_SERIES, mc.volatile_window_seconds)},
         intervals={names.POD_MEMORY_USAGE: collector.memory_interval_seconds,
                    names.CONTAINER_MEMORY_USAGE: collector.memory_interval_seconds,
+                   names.POD_MEMORY_WITH_PAGE_CACHE: collector.memory_interval_seconds,  # usageWithPageCache (H1)
+                   names.CONTAINER_MEMORY_WITH_PAGE_CACHE: collector.memory_interval_seconds,
                    names.NODE_PSI: collector.psi_interval_seconds, names.POD_PSI: collector.psi_interval_seconds,
                    names.CONTAINER_PSI: collector.psi_interval_seconds,
                    names.CONTAINER_CPI: collector.cpi_interval_seconds},
@@ -157,9 +165,22 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
                                         collector.cpi_interval_seconds + collector.cpi_time_window_seconds),
     )
     metrics.lifecycle.record_start(time.time())
+    # --- host applications (issue 21, H3): NodeSLO hostApplications for their collector and NodeMetric, read
+    # from the holder build_qos makes further down (empty until then), and the memory policy in force ---
+    slo_holders: list[NodeSLOHolder] = []
+    reporters: list[NodeMetricRunner] = []
+
+    def host_apps() -> Sequence[HostApplicationSpec]:
+        return (slo_holders[0].current().spec.host_applications or ()) if slo_holders else ()
+
+    def memory_with_page_cache() -> bool:
+        return bool(reporters) and (reporters[0].policy.node_memory_collect_policy
+                                    is MemoryCollectPolicy.WITH_PAGE_CACHE)
+    # --- end host applications ---
     options = Options(paths=paths, layout=layout, driver=driver.driver, cache=cache, informer=informer,
                       config=collector, gates=effective_gates, clock=time.time,
-                      kube_parent=config.host.cgroup_kube_parent)
+                      kube_parent=config.host.cgroup_kube_parent,
+                      host_apps=host_apps, memory_with_page_cache=memory_with_page_cache)  # host applications (H3)
     advisor = MetricsAdvisor(options, build_collectors())
     policy = NodeMetricCollectPolicy(aggregate_duration_seconds=config.node_metric.aggregate_duration_seconds,
                                      report_interval_seconds=config.node_metric.report_interval_seconds)
@@ -176,13 +197,16 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
         cache, informer, sinks, policy,
         recorder=metrics.node_metric if gates.enabled(effective_gates, gates.NODE_METRIC_PROM_METRICS) else None,
     )
+    reporter.host_apps = host_apps  # host applications (H3)
+    reporters.append(reporter)
     if companion_sink is not None:
         companion_sink.on_policy = reporter.set_policy  # the companion's colocation-config decides the policy
     server = MetricsServer(metrics.routes, config.server.addr)
     writers = build_writers(config, state_dir, layout, metrics)
     qos = build_qos(config, layout, driver, informer, cache, metrics, effective_gates, writers, companion=client)
+    slo_holders.append(qos.holder)  # host applications (H3)
     hooks = build_runtime_hooks(config, layout, informer, qos.holder, writers, metrics, effective_gates,
-                                probes or {})
+                                probes or {}, driver=driver.driver)
     executor = writers.executor
     slo_source: CompanionNodeSLOSource | None = None
     if client is not None:
@@ -192,7 +216,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
         slo_source = CompanionNodeSLOSource(
             client, qos.holder, cache_path,
             on_policy=companion_sink.offer_policy if companion_sink is not None else None,
-            on_reconnect=reporter.report_now)
+            on_reconnect=_reconnected(companion_sink, reporter.report_now),
+            on_node=informer.set_kube_node)  # the Node's facts (batch allocatable ...) ride on the watch
 
     components: list[Component] = [MetricCacheComponent(cache, config.metric_cache.flush_interval_seconds), informer]
     if not config.standalone:
@@ -211,6 +236,28 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
         components += [source, config_sync]
     # The NodeSLO source starts before the QoS manager so its first round already has the persisted spec.
     components += [advisor, reporter, *([slo_source] if slo_source is not None else []), qos, hooks, server]
+    # --- node topology report (issue 21): the CPU topology re-read every nodeCPUInfoIntervalSeconds, and the
+    # report the companion writes as the node's NodeResourceTopology (gate NodeTopologyReport) ---
+    from koordlet.statesinformer.cpubasicinfo import read_cpu_basic_info
+    from koordlet.statesinformer.topology import HostTopology, TopologySource
+    from koordlet.system.node import read_node_info
+    from koordlet.system.numamemory import read_numa_memory
+
+    topology = TopologySource(informer, lambda: read_node_info(paths, native),
+                              lambda: HostTopology(read_numa_memory(paths), read_cpu_basic_info(paths)),
+                              config.collector.node_cpu_info_interval_seconds,
+                              enabled=gates.enabled(effective_gates, gates.NODE_TOPOLOGY_REPORT),
+                              query_kubelet=not config.standalone)
+    components.insert(components.index(informer) + 1, topology)  # before the collectors and the first report
+    if companion_sink is not None:
+        companion_sink.topology = topology.current
+    # --- end node topology report ---
+    # --- peak prediction (issue 21): trained from the cache, read by NodeMetric's prodReclaimableMetric ---
+    from koordlet import prediction
+
+    predict_server, reporter.predictor_factory = prediction.build(cache, informer, node, state_dir)
+    components.insert(components.index(reporter), predict_server)
+    # --- end peak prediction ---
     debug: DebugServer | None = None
     debug_socket = config.server.debug_socket
     if debug_socket == contract.DEFAULT_SOCKET:  # not chosen: a user other than root cannot write /var/run
@@ -236,6 +283,18 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
     return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos, hooks, debug)
 
 
+def _reconnected(sink: CompanionNodeMetricSink | None, report_now: Callable[[], None]) -> Callable[[], None]:
+    """After the watch reconnects (a restarted or other companion replica): the topology is sent again and a
+    report goes out now, since that companion holds no figures of this node."""
+
+    def reconnected() -> None:
+        if sink is not None:
+            sink.topology_reconnected()
+        report_now()
+
+    return reconnected
+
+
 def companion_status_of(address: str, source: CompanionNodeSLOSource, sink: CompanionNodeMetricSink
                         ) -> Callable[[], dict[str, object]]:
     def status() -> dict[str, object]:
@@ -259,6 +318,8 @@ class Writers:
     coresched: CoreSchedExecutor
     cookies: CookieBook
     resctrl: ResctrlExecutor
+    sysctl: SysctlExecutor
+    """The writer of node-wide kernel knobs; it keeps the values found before its first write in the state dir."""
 
 
 def build_writers(config: Config, state_dir: Path, layout: CgroupLayout, metrics: KoordletMetrics) -> Writers:
@@ -269,17 +330,23 @@ def build_writers(config: Config, state_dir: Path, layout: CgroupLayout, metrics
     coresched = CoreSchedExecutor(native, audit, time.monotonic, metrics.executor)
     return Writers(audit=audit, executor=executor, reader=CgroupReader(layout), coresched=coresched,
                    cookies=CookieBook(coresched),
-                   resctrl=resctrl_executor(layout.paths, audit, metrics, qos.resource_force_update_seconds))
+                   resctrl=resctrl_executor(layout.paths, audit, metrics, qos.resource_force_update_seconds),
+                   sysctl=SysctlExecutor(layout.paths, time.monotonic, audit, metrics.executor,
+                                         originals_path=str(state_dir / ORIGINALS_FILE)))
 
 
 def build_runtime_hooks(config: Config, layout: CgroupLayout, informer: StatesInformer, holder: NodeSLOHolder,
                         writers: Writers, metrics: KoordletMetrics, effective_gates: Mapping[str, bool],
-                        probes: Mapping[str, bool]) -> RuntimeHooks:
+                        probes: Mapping[str, bool], *, driver: CgroupDriver | None = None) -> RuntimeHooks:
     """The hooks (those whose gate is on) over the shared writers and the NodeSLO in force, and their
-    transports."""
+    transports.  ``driver``: where the kube-QoS directories are, for the hooks' node-level parts (group
+    identity of kubepods/burstable/besteffort); None: those parts are not run."""
     deps = HookDeps(layout=layout, gates=effective_gates, probes=probes,
                     nodeslo=lambda: holder.current().spec, coresched=writers.coresched, cookies=writers.cookies,
-                    resctrl=writers.resctrl, shared_pools=informer.shared_pools, tenant=informer.tenant)
+                    resctrl=writers.resctrl, shared_pools=informer.shared_pools, tenant=informer.tenant,
+                    sysctl=writers.sysctl,  # kernel.sched_group_identity_enabled (H8)
+                    cpu_normalization_ratio=NormalizationRatio(  # CPU normalization (H7)
+                        lambda: (node.annotations if (node := informer.kube_node()) is not None else None)))
     hooks_config = config.runtime_hooks
     runner = HookRunner(build_hooks(deps), failure_policy(hooks_config.plugin_failure_policy),
                         metrics.runtime_hooks, disabled=[Stage(s) for s in split_list(hooks_config.disable_stages)],
@@ -291,7 +358,24 @@ def build_runtime_hooks(config: Config, layout: CgroupLayout, informer: StatesIn
                                      oomscore.OomScoreWriter(layout.paths.proc_root, writers.audit))
     return RuntimeHooks(hooks_config, runner, applier, informer, metrics.runtime_hooks, oom_score,
                         incarnation=lambda rel_dir: cgroup_incarnation(layout, rel_dir),
-                        forget=executor.forget_cgroup)
+                        forget=executor.forget_cgroup,
+                        qos_dirs=None if driver is None else {  # kube-QoS level of the hooks (H8, issue 21)
+                            q: under_parent(config.host.cgroup_kube_parent, qos_dir(driver, q)) for q in KubeQoS},
+                        host_apps=None if driver is None else host_app_targets(  # host applications (H3)
+                            holder, driver, config.host.cgroup_kube_parent))
+
+
+def host_app_targets(holder: NodeSLOHolder, driver: CgroupDriver, kube_parent: str
+                     ) -> Callable[[], list[HostAppTarget]]:
+    """The NodeSLO's host applications where the hooks' host-application parts write (issue 21, H3)."""
+    by_value = {q.value: q for q in QoSClass}
+
+    def targets() -> list[HostAppTarget]:
+        return [HostAppTarget(app.name or "", by_value.get(app.qos or "", QoSClass.NONE),
+                              hostapps.cgroup_dir(app, driver, kube_parent))
+                for app in hostapps.unique(holder.current().spec.host_applications)]
+
+    return targets
 
 
 def cgroup_incarnation(layout: CgroupLayout, rel_dir: str) -> int | None:
@@ -358,6 +442,8 @@ def build_qos(config: Config, layout: CgroupLayout, driver: DriverGuess, informe
         coresched=writers.coresched,
         cookies=writers.cookies,
         resctrl=writers.resctrl,
+        sysctl=writers.sysctl,
+        kubelet_root_dir=config.host.var_lib_kubelet_root_dir,  # blkio podvolume (H8)
         netqos=netqos_backends(qos, informer),
         closid_reserve=informer.tenant.closid_reserve,
     )

@@ -9,6 +9,8 @@ Read-only endpoints (GET):
 ``/v1/status``
     ``{"version", "pid", "node", "mode": "standalone"|"kubernetes", "started_at", "uptime_seconds",
     "components": [{"name", "running": bool}], "feature_gates": {name: bool},
+    "feature_gates_not_implemented": [name, ...] (gates this koordlet has no code for: always off, and
+    naming one ``=true`` fails the start),
     "probes": [{"name", "supported": bool, "reason"}],
     "companion": {"address", "nodeslo_connected": bool, "reports_failing": bool} | null}``
 ``/v1/pods``

@@ -15,6 +15,7 @@ from typing import Any, Final, Protocol
 from urllib.parse import parse_qsl
 
 from koordlet.apis.nodeslo import NodeSLOSpec
+from koordlet.config import gates
 from koordlet.debugapi import contract
 from koordlet.debugapi.cgroupview import CgroupView
 from koordlet.errors import KoordletError
@@ -146,6 +147,7 @@ def status(sources: DebugSources, request: Request) -> dict[str, Any]:
             "uptime_seconds": round(max(0.0, sources.clock() - sources.started_at), 3),
             "components": [{"name": name, "running": running} for name, running in sources.components()],
             "feature_gates": {name: bool(on) for name, on in sorted(sources.feature_gates.items())},
+            "feature_gates_not_implemented": sorted(gates.NOT_IMPLEMENTED),
             "probes": [_probe_json(p) for p in sources.probes()],
             "companion": dict(companion) if (companion := sources.companion()) is not None else None}
 

@@ -14,6 +14,11 @@ POD_CPU_USAGE: Final = "pod_cpu_usage_cores"
 POD_MEMORY_USAGE: Final = "pod_memory_usage_bytes"
 CONTAINER_CPU_USAGE: Final = "container_cpu_usage_cores"
 CONTAINER_MEMORY_USAGE: Final = "container_memory_usage_bytes"
+# ``usageWithPageCache`` (NodeMetric nodeMemoryCollectPolicy): node MemTotal - MemFree; pods and containers the
+# memory.stat anon + unevictable + file LRU pages.
+NODE_MEMORY_WITH_PAGE_CACHE: Final = "node_memory_usage_with_page_cache_bytes"
+POD_MEMORY_WITH_PAGE_CACHE: Final = "pod_memory_usage_with_page_cache_bytes"
+CONTAINER_MEMORY_WITH_PAGE_CACHE: Final = "container_memory_usage_with_page_cache_bytes"
 POD_CPU_THROTTLED: Final = "pod_cpu_throttled_ratio"
 CONTAINER_CPU_THROTTLED: Final = "container_cpu_throttled_ratio"
 BE_CPU_USAGE: Final = "be_cpu_usage_cores"
@@ -25,9 +30,18 @@ NODE_PSI: Final = "node_psi_avg10_percent"
 POD_PSI: Final = "pod_psi_avg10_percent"
 CONTAINER_PSI: Final = "container_psi_avg10_percent"
 CONTAINER_CPI: Final = "container_cpi"
+# Host applications (NodeSLO ``hostApplications``), label ``host_app`` = the application's name; the
+# ``host_apps_*`` sums (no labels) are what the system usage excludes, as upstream's shared host-app usage.
+HOST_APP_CPU_USAGE: Final = "host_app_cpu_usage_cores"
+HOST_APP_MEMORY_USAGE: Final = "host_app_memory_usage_bytes"
+HOST_APP_MEMORY_WITH_PAGE_CACHE: Final = "host_app_memory_with_page_cache_bytes"
+HOST_APPS_CPU_USAGE: Final = "host_apps_cpu_usage_cores"
+HOST_APPS_MEMORY_USAGE: Final = "host_apps_memory_usage_bytes"
 
-NODE_SERIES: Final = frozenset({NODE_CPU_USAGE, NODE_MEMORY_USAGE, SYSTEM_CPU_USAGE, SYSTEM_MEMORY_USAGE,
-                                BE_CPU_USAGE, BE_CPU_REQUEST, BE_CPU_LIMIT, NODE_PSI})
+NODE_SERIES: Final = frozenset({NODE_CPU_USAGE, NODE_MEMORY_USAGE, NODE_MEMORY_WITH_PAGE_CACHE,
+                                SYSTEM_CPU_USAGE, SYSTEM_MEMORY_USAGE,
+                                BE_CPU_USAGE, BE_CPU_REQUEST, BE_CPU_LIMIT, NODE_PSI, HOST_APPS_CPU_USAGE,
+                                HOST_APPS_MEMORY_USAGE})
 """Node-level series: kept in memory long enough for the 30-minute NodeMetric aggregates."""
 
 VOLATILE_SERIES: Final = frozenset({POD_CPU_THROTTLED, CONTAINER_CPU_THROTTLED, POD_PSI, CONTAINER_PSI,

@@ -12,6 +12,9 @@ from koordlet.system.layout import CgroupLayout
 # v1 memory.stat's total_* keys include descendants (a pod's containers); v2 memory.stat is hierarchical.
 MEMORY_KEYS_V1 = ("total_inactive_anon", "total_active_anon", "total_unevictable")
 MEMORY_KEYS_V2 = ("inactive_anon", "active_anon", "unevictable")
+# The page cache Koordinator adds for ``usageWithPageCache`` (MemoryStatRaw.UsageWithPageCache): the file LRUs.
+MEMORY_FILE_KEYS_V1 = ("total_active_file", "total_inactive_file")
+MEMORY_FILE_KEYS_V2 = ("active_file", "inactive_file")
 THROTTLE_KEYS = ("nr_periods", "nr_throttled")
 
 
@@ -37,6 +40,16 @@ def cpu_usage_ns(layout: CgroupLayout) -> int:
 def memory_stat(layout: CgroupLayout, rel_dir: str) -> FileSpec:
     """memory.stat with the keys whose sum is Koordinator's memory usage (anon + unevictable)."""
     keys = MEMORY_KEYS_V1 if layout.controller_version == 1 else MEMORY_KEYS_V2
+    return FileSpec(os.path.join(layout.controller_dir("memory", rel_dir), "memory.stat"), native.Kind.KV, keys)
+
+
+def memory_stat_with_page_cache(layout: CgroupLayout, rel_dir: str) -> FileSpec:
+    """memory.stat with :func:`memory_stat`'s keys followed by the two file-LRU keys: the sum of all five is
+    Koordinator's usage with page cache, the first three its usage without (one read gives both)."""
+    if layout.controller_version == 1:
+        keys = MEMORY_KEYS_V1 + MEMORY_FILE_KEYS_V1
+    else:
+        keys = MEMORY_KEYS_V2 + MEMORY_FILE_KEYS_V2
     return FileSpec(os.path.join(layout.controller_dir("memory", rel_dir), "memory.stat"), native.Kind.KV, keys)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from koordlet import native
+from koordlet.apis.nodeslo import HostApplicationSpec
 from koordlet.config.types import CollectorConfig
 from koordlet.metriccache import MetricCache
 from koordlet.statesinformer.framework import PodMeta, StatesInformer
@@ -61,6 +62,10 @@ class Options:
     """Where kubepods sits below the hierarchy roots (kubelet --cgroup-root)."""
     perf: Any = native
     """The module perf groups come from (tests inject a fake)."""
+    host_apps: Callable[[], Sequence[HostApplicationSpec]] = lambda: ()
+    """NodeSLO ``hostApplications`` in force (the hostapp collector reads it every tick)."""
+    memory_with_page_cache: Callable[[], bool] = lambda: False
+    """NodeMetric's memory policy is ``usageWithPageCache``: host-app memory sums include page cache."""
 
 
 class FileGroup:

@@ -7,6 +7,7 @@ from koordlet.errors import ConfigError
 from koordlet.metricsadvisor.collectors import (
     beresource,
     cpi,
+    hostapp,
     noderesource,
     podmemory,
     podresource,
@@ -18,10 +19,10 @@ from koordlet.metricsadvisor.framework import Collector, CollectorDeps
 
 KIND = "collector"
 
-# sysresource derives from noderesource and podresource samples of the same tick: it comes after them.
+# sysresource derives from noderesource, podresource and hostapp samples of the same tick: it comes after them.
 PLUGINS: tuple[plugins.Plugin[CollectorDeps, Collector], ...] = (
     noderesource.PLUGIN, podresource.PLUGIN, podmemory.PLUGIN, throttled.PLUGIN, beresource.PLUGIN,
-    sysresource.PLUGIN, psi.PLUGIN, cpi.PLUGIN)
+    hostapp.PLUGIN, sysresource.PLUGIN, psi.PLUGIN, cpi.PLUGIN)
 
 
 def build_collectors(deps: CollectorDeps | None = None) -> list[Collector]:

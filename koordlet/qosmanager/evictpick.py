@@ -198,11 +198,12 @@ def fmt_bytes(value: float) -> str:
 
 
 def usage_victims(pods: Sequence[PodMeta], used: Mapping[str, float], limit: int, feature: str,
-                  candidate: MakeCandidate, ignored: list[str]) -> list[Candidate]:
-    """The victims of a usage trigger (CPUEvict, MemoryEvict): pods labelled eviction-enabled, priority at
-    most ``limit``, with a usage sample, in Koordinator's order (eviction-priority annotation, priority,
-    ``koordinator.sh/priority`` label, then the largest usage).  Pods whose eviction-policy annotation
-    refuses ``feature`` go to ``ignored`` with why."""
+                  candidate: MakeCandidate, ignored: list[str], by: str = USED) -> list[Candidate]:
+    """The victims of a usage trigger (CPUEvict, MemoryEvict) or an allocatable one: pods labelled
+    eviction-enabled, priority at most ``limit``, with a usage sample, in Koordinator's order (eviction-priority
+    annotation, priority, ``koordinator.sh/priority`` label, then the largest amount ``by``: usage, or the
+    request for the allocatable triggers).  Pods whose eviction-policy annotation refuses ``feature`` go to
+    ``ignored`` with why."""
     chosen: list[tuple[tuple[int, int, int, float, str], Candidate]] = []
     for meta in pods:
         pod = meta.pod
@@ -214,7 +215,8 @@ def usage_victims(pods: Sequence[PodMeta], used: Mapping[str, float], limit: int
             ignored.append(f"{pod.key}: {refusal}")
             continue
         c = candidate(meta, priority)
-        chosen.append(((eviction_priority(pod), priority, label_priority(pod, priority), -c.amounts[USED], c.key), c))
+        chosen.append(((eviction_priority(pod), priority, label_priority(pod, priority), -c.amounts.get(by, 0.0),
+                        c.key), c))
     chosen.sort(key=lambda item: item[0])
     return [c for _, c in chosen]
 
@@ -236,12 +238,15 @@ def be_victims(pods: Sequence[PodMeta], feature: str, candidate: MakeCandidate, 
 
 
 class EvictionStrategy(abc.ABC):
-    """What the eviction strategies share: two triggers behind two feature gates (BE pods, and
-    eviction-enabled pods of any class), the NodeSLO switch, and a cooldown after a round that evicted."""
+    """What the eviction strategies share: three triggers behind three feature gates (BE pods, eviction-enabled
+    pods of any class by usage, and by the Node's allocatable), the NodeSLO switch, and a cooldown after a round
+    that evicted."""
 
     name: str
     be_gate: str
     usage_gate: str
+    allocatable_gate: str
+    """CPUAllocatableEvict / MemoryAllocatableEvict: evicts for the Node's batch and mid allocatable."""
     off_summary: str
     """The decision of a round switched off: evicted pods are not brought back, so there is nothing to undo."""
 
@@ -268,7 +273,7 @@ class EvictionStrategy(abc.ABC):
 
     def enabled(self, slo: NodeSLOSpec) -> bool:
         threshold = slo.resource_used_threshold_with_be
-        return ((self.gate(self.be_gate) or self.gate(self.usage_gate))
+        return ((self.gate(self.be_gate) or self.gate(self.usage_gate) or self.gate(self.allocatable_gate))
                 and threshold is not None and threshold.enable is True)
 
     def gate(self, name: str) -> bool:

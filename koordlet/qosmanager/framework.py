@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from koordlet.resourceexecutor.coresched import CoreSchedExecutor
     from koordlet.resourceexecutor.netqos import NetQoS
     from koordlet.resourceexecutor.resctrl import ResctrlExecutor
+    from koordlet.resourceexecutor.sysctl import SysctlExecutor
 
 
 class Executor(Protocol):
@@ -219,6 +220,10 @@ class Options:
     closid_reserve: int = 1
     """resctrl CLOSIDs kept free beyond the class groups not made yet: no per-pod group eats into them
     (``tenant.podResctrlClosidReserve``)."""
+    sysctl: SysctlExecutor | None = None
+    """The writer of node-wide kernel knobs (``/proc/sys/vm``...); None: the sysreconcile strategy skips."""
+    kubelet_root_dir: str = "/var/lib/kubelet"
+    """kubelet's root directory as koordlet sees it (its pod volume mounts: blkio ``podvolume`` blocks)."""
 
 
 class Strategy(Protocol):

@@ -17,6 +17,7 @@ from koordlet.qosmanager.plugins import (
     memoryevict,
     netqos,
     resctrl,
+    sysreconcile,
 )
 
 KIND = "QoS strategy"
@@ -32,6 +33,7 @@ PLUGINS: tuple[StrategyPlugin, ...] = (
     coresched.PLUGIN,
     netqos.PLUGIN,
     resctrl.PLUGIN,
+    sysreconcile.PLUGIN,
 )
 
 

@@ -39,6 +39,26 @@ class ClassBandwidth:
 
 
 @dataclass(frozen=True)
+class PodBandwidth:
+    """A pod with a bandwidth of its own (annotation ``koordinator.sh/networkQOS``): an HTB class ``1:<minor>``
+    per direction it limits (rate = ceil = the limit), its addresses classified there; a direction it does
+    not limit (0) stays with its network class."""
+
+    pod: str
+    """namespace/name, for messages."""
+    minor: int
+    net_class: str
+    """``system``, ``ls`` or ``be``: the class it yields to (its prio) and where its unlimited direction goes."""
+    egress_bps: int
+    ingress_bps: int
+    source_ips: tuple[str, ...] = ()
+
+
+POD_MINORS = range(0x10, 0x10000)
+"""Minors a :class:`PodBandwidth` may take (above the fixed classes 1:1..1:4)."""
+
+
+@dataclass(frozen=True)
 class NetQoSPlan:
     """What a :class:`NetQoS` backend makes the interface do.  Validated on construction: a bad plan
     raises :class:`~koordlet.errors.ConfigError` naming the field (``netqos.be.egress_ceil_bps``) and
@@ -53,6 +73,8 @@ class NetQoSPlan:
     be: ClassBandwidth
     shape_ingress: bool = True
     """Shape ingress too (through an IFB device); when False the ingress fields are validated but unused."""
+    pods: tuple[PodBandwidth, ...] = ()
+    """Pods with a bandwidth of their own; their addresses are in no class's ``source_ips``."""
 
     def __post_init__(self) -> None:
         where = "netqos"
@@ -74,6 +96,7 @@ class NetQoSPlan:
             object.__setattr__(self, name, ClassBandwidth(
                 cls.egress_rate_bps, cls.egress_ceil_bps, cls.ingress_rate_bps, cls.ingress_ceil_bps, ips
             ))
+        object.__setattr__(self, "pods", _check_pods(f"{where}.pods", self.pods, self.total_bps, owner_of))
         for direction in ("egress", "ingress"):
             total = sum(getattr(cls, f"{direction}_rate_bps") for _, cls in self.classes())
             if total > self.total_bps:
@@ -154,3 +177,33 @@ def _canonical_ips(where: str, ips: Iterable[str]) -> tuple[str, ...]:
         result.append(ip)
     return tuple(result)
 
+
+def _check_pods(where: str, pods: Iterable[PodBandwidth], total: int, owner_of: dict[str, str]
+                ) -> tuple[PodBandwidth, ...]:
+    checked: list[PodBandwidth] = []
+    minors: dict[int, str] = {}
+    for i, pod in enumerate(pods):
+        at = f"{where}[{i}]"
+        if not isinstance(pod, PodBandwidth):
+            raise ConfigError(f"{at}: must be a PodBandwidth, got {type(pod).__name__}")
+        if isinstance(pod.minor, bool) or not isinstance(pod.minor, int) or pod.minor not in POD_MINORS:
+            raise ConfigError(f"{at}.minor: {pod.minor!r} is outside {POD_MINORS.start:#x}..{POD_MINORS.stop - 1:#x}")
+        if pod.minor in minors:
+            raise ConfigError(f"{at}.minor: {pod.minor:#x} already taken by pod {minors[pod.minor]}")
+        minors[pod.minor] = pod.pod
+        if pod.net_class not in CLASS_NAMES:
+            raise ConfigError(f"{at}.net_class: must be one of {', '.join(CLASS_NAMES)}, got {pod.net_class!r}")
+        for name in ("egress_bps", "ingress_bps"):
+            value = getattr(pod, name)
+            _check_int(f"{at}.{name}", value)
+            if value > total:
+                raise ConfigError(f"{at}.{name}: {value} exceeds total_bps {total}")
+        if pod.egress_bps == 0 and pod.ingress_bps == 0:
+            raise ConfigError(f"{at}: pod {pod.pod} limits neither direction; it belongs in its class")
+        ips = _canonical_ips(f"{at}.source_ips", pod.source_ips)
+        for ip in ips:
+            if ip in owner_of:
+                raise ConfigError(f"{at}.source_ips: {ip} already belongs to {owner_of[ip]}")
+            owner_of[ip] = f"pod {pod.pod}"
+        checked.append(PodBandwidth(pod.pod, pod.minor, pod.net_class, pod.egress_bps, pod.ingress_bps, ips))
+    return tuple(checked)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from koordlet.errors import ConfigError, KoordletError
+from koordlet.resourceexecutor import tc_pods
 from koordlet.resourceexecutor.netqos import IFNAMSIZ, NetQoSPlan
 from koordlet.resourceexecutor.tc_classify import CLASS_MINOR, ETH_P_ALL, FAMILIES, IPV4, IPV6, Classifiers, Family
 from koordlet.resourceexecutor.tc_netlink import (
@@ -248,7 +249,7 @@ class TcNetQoS:
         root = next((q for q in qdiscs if q.parent == 0xFFFFFFFF), None)
         wanted = {ROOT_CLASS} | {ROOT_HANDLE | m for m in CLASS_MINOR.values()}
         return (root is not None and (root.kind, root.handle) == ("htb", ROOT_HANDLE)
-                and {c.classid for c in classes} == wanted)
+                and {c.classid for c in classes if not tc_pods.is_pod_class(c.classid)} == wanted)
 
     # egress and the IFB: qdiscs and classes
 
@@ -282,10 +283,13 @@ class TcNetQoS:
             rate = _byte_aligned(getattr(cls, f"{direction}_rate_bps"))
             ceil = _byte_aligned(getattr(cls, f"{direction}_ceil_bps"))
             want.append(HtbClass(ROOT_HANDLE | CLASS_MINOR[name], ROOT_CLASS, rate, ceil, CLASS_PRIO[name]))
-        return want
+        return want + tc_pods.classes(plan, direction, ROOT_CLASS)
 
     def _apply_egress(self, nl: Netlink, steps: Steps, plan: NetQoSPlan, have: _Installed) -> None:
-        self._ensure_htb(nl, steps, have.link, have.root, have.classes, self._want_classes(plan, "egress"), "egress")
+        want = self._want_classes(plan, "egress")
+        self._ensure_htb(nl, steps, have.link, have.root, have.classes, want, "egress")
+        tc_pods.ensure_src_filters(nl, steps, plan, have.link, _with_free_handle)
+        tc_pods.drop_stale_classes(nl, steps, have.link, "egress", want)
 
     def _apply_ingress(self, nl: Netlink, steps: Steps, plan: NetQoSPlan, have: _Installed) -> None:
         ifb = have.ifb
@@ -299,9 +303,10 @@ class TcNetQoS:
                 raise CommandFailed(f"{steps.where}: {self.ifb_name} vanished right after it was made")
         if not ifb.up:
             steps.run(f"set {self.ifb_name} up", partial(nl.set_up, ifb.index))
-        self._ensure_htb(nl, steps, ifb, have.ifb_root, have.ifb_classes, self._want_classes(plan, "ingress"),
-                         "ingress")
+        want_classes = self._want_classes(plan, "ingress")
+        self._ensure_htb(nl, steps, ifb, have.ifb_root, have.ifb_classes, want_classes, "ingress")
         self._ensure_dst_filters(nl, steps, plan, ifb, have.ifb_filters)
+        tc_pods.drop_stale_classes(nl, steps, ifb, "ingress", want_classes)
         index = have.link.index
         if not have.ingress:
             steps.run("add ingress qdisc ffff:", lambda: nl.add_ingress(index),
@@ -321,6 +326,7 @@ class TcNetQoS:
                 family = IPV4 if IPV4.owns(ip) else IPV6
                 want.append(U32Filter(ROOT_HANDLE, family.filter_prio, family.ethertype, 0,
                                       ROOT_HANDLE | CLASS_MINOR[name], family.dst_keys(ip)))
+        want += tc_pods.dst_filters(plan)
         present = {f.match(): f for f in have}
         taken = {f.handle for f in have}
         # New classifiers first, stale ones after: a moved address is classified by one of them at all

@@ -114,6 +114,10 @@ class Applier:
             del adjustment.values["cpu_quota"]
             adjustment.owners.pop("cpu_quota", None)
 
+    def apply(self, updates: list[CgroupUpdate]) -> list[Result]:
+        """Writes ``updates`` as they are (node-level values of the reconciler: kube-QoS directories)."""
+        return self._apply(updates) if updates else []
+
     def write(self, request: HookRequest, adjustment: Adjustment, *, with_fields: bool,
               rel_dir: str | None = None) -> list[Result]:
         if not adjustment.writes and not with_fields:

@@ -16,15 +16,16 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from koordlet.component import Worker
 from koordlet.config.types import RuntimeHooksConfig
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRunner
-from koordlet.runtimehooks.reconciler import OomScoreApply, ReconcileMetricsSink, Reconciler
+from koordlet.runtimehooks.reconciler import HostAppTarget, OomScoreApply, ReconcileMetricsSink, Reconciler
 from koordlet.statesinformer.framework import StatesInformer
+from koordlet.system.kubepaths import KubeQoS
 
 if TYPE_CHECKING:
     from koordlet.runtimehooks.hookserver.server import HookServer
@@ -41,11 +42,16 @@ class RuntimeHooks:
     def __init__(self, config: RuntimeHooksConfig, runner: HookRunner, applier: Applier,
                  informer: StatesInformer, metrics: ReconcileMetricsSink | None = None,
                  oom_score: OomScoreApply | None = None, incarnation: Callable[[str], int | None] | None = None,
-                 forget: Callable[[str], None] | None = None) -> None:
+                 forget: Callable[[str], None] | None = None,
+                 qos_dirs: Mapping[KubeQoS, str] | None = None,
+                 host_apps: Callable[[], Sequence[HostAppTarget]] | None = None) -> None:
+        """``qos_dirs``: the kube-QoS directories the hooks' node-level parts write (None: not written).
+        ``host_apps``: the NodeSLO's host applications the hooks' host-application parts write (None: none)."""
         self.config = config
         self.runner = runner
         self.reconciler = Reconciler(runner, applier, informer, interval_seconds=config.reconcile_interval_seconds,
-                                     metrics=metrics, oom_score=oom_score, incarnation=incarnation, forget=forget)
+                                     metrics=metrics, oom_score=oom_score, incarnation=incarnation, forget=forget,
+                                     qos_dirs=qos_dirs, host_apps=host_apps)
         self.server: HookServer | None = None
         if config.enable_server:
             # gRPC is loaded only for the server: a node on NRI alone keeps ~15 MiB of RSS.

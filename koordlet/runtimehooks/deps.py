@@ -16,6 +16,7 @@ from koordlet.apis.tenantpolicy import TenantPolicy
 from koordlet.isolation.coresched.cookies import CookieBook
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.resourceexecutor.resctrl import ResctrlExecutor
+from koordlet.resourceexecutor.sysctl import SysctlExecutor
 from koordlet.system.layout import CgroupLayout
 
 
@@ -24,6 +25,10 @@ def _no_slo() -> NodeSLOSpec | None:
 
 
 def _no_annotation() -> str | None:
+    return None
+
+
+def _no_ratio() -> float | None:
     return None
 
 
@@ -40,10 +45,16 @@ class HookDeps:
     shared_pools: Callable[[], str | None] = _no_annotation
     """The node annotation ``node.koordinator.sh/cpu-shared-pools``, None while unknown; the daemon's is
     computed by the states informer (:mod:`koordlet.statesinformer.cpupools`)."""
+    cpu_normalization_ratio: Callable[[], float | None] = _no_ratio
+    """The node's CPU normalization ratio (annotation ``node.koordinator.sh/cpu-normalization-ratio`` the
+    companion sends with the node), None while the node has none; the batchresource and cpunormalization hooks
+    divide CFS quotas by it."""
     coresched: CoreSchedExecutor | None = None
     cookies: CookieBook | None = None
     """The core-scheduling cookie book shared with the QoS manager's coresched strategy."""
     resctrl: ResctrlExecutor | None = None
+    sysctl: SysctlExecutor | None = None
+    """Node-wide kernel knobs (group identity's ``kernel.sched_group_identity_enabled``); None: not written."""
     tenant: TenantPolicy = field(default_factory=TenantPolicy)
     """The tenant policy (its CLOSID reserve for per-pod resctrl groups); the pods the hooks see are reviewed
     by the runner already."""

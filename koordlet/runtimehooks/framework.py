@@ -182,14 +182,50 @@ class HookContext:
         self.adjustment.owners[WRITE_PREFIX + resource.key] = self.hook
 
 
+class NodeContext:
+    """A hook's view of a reconciler round at node level (upstream's ``KubeQOSLevel`` cgroup reconcilers):
+    values for the kube-QoS directories (``kubepods``, ``burstable``, ``besteffort``), written through the
+    resource executor by the reconciler, which knows where the directories are."""
+
+    def __init__(self, hook: str) -> None:
+        self.hook = hook
+        self.writes: dict[KubeQoS, dict[str, object]] = {}
+
+    def write(self, kube_qos: KubeQoS, resource: CgroupFile, value: object) -> None:
+        if REGISTRY.get(resource.key) is not resource:
+            raise KoordletError(f"hook {self.hook}: unknown cgroup resource {resource.key!r}")
+        self.writes.setdefault(kube_qos, {})[resource.key] = value
+
+
+class HostAppContext:
+    """A hook's view of one NodeSLO host application in a reconciler round (upstream ``HostAppContext``):
+    values for the application's cgroup, written through the resource executor by the reconciler, which
+    knows where the cgroup is."""
+
+    def __init__(self, hook: str, name: str, qos: QoSClass) -> None:
+        self.hook = hook
+        self.name = name
+        self.qos = qos
+        self.writes: dict[str, object] = {}
+
+    def write(self, resource: CgroupFile, value: object) -> None:
+        if REGISTRY.get(resource.key) is not resource:
+            raise KoordletError(f"hook {self.hook}: unknown cgroup resource {resource.key!r}")
+        self.writes[resource.key] = value
+
+
 @dataclass(frozen=True)
 class Hook:
-    """A named function run at some stages; ``fn`` states values through the context and raises on error."""
+    """A named function run at some stages; ``fn`` states values through the context and raises on error.
+    ``node_fn``, when set, runs once per reconciler round for node-level state (kube-QoS directories);
+    ``host_app_fn`` once per round and host application (upstream ``RegisterHostAppReconciler``)."""
 
     name: str
     description: str
     stages: frozenset[Stage]
     fn: Callable[[HookContext], None]
+    node_fn: Callable[[NodeContext], None] | None = None
+    host_app_fn: Callable[[HostAppContext], None] | None = None
 
 
 class HookMetricsSink(Protocol):
@@ -291,6 +327,10 @@ class HookRunner:
         self._tenant = tenant
         self._by_stage: Mapping[Stage, tuple[Hook, ...]] = {
             stage: tuple(h for h in ordered if stage in h.stages) for stage in Stage}
+        self.node_hooks = tuple(h for h in ordered if h.node_fn is not None)
+        """Hooks with node-level state, run by the reconciler every round."""
+        self.host_app_hooks = tuple(h for h in ordered if h.host_app_fn is not None)
+        """Hooks with a host-application part, run by the reconciler every round for each application."""
 
     def hooks(self, stage: Stage) -> tuple[Hook, ...]:
         return () if stage in self._disabled else self._by_stage[stage]

@@ -14,6 +14,15 @@ agent gives it the tenant gate): a key a tenant may not use is never applied to 
 
 A pod whose hooks fail is logged once per failure streak, not every round; under the Fail policy its
 cgroups are left as they are for that round.
+
+Before the pods, each round runs the hooks' node-level part (upstream's ``KubeQOSLevel`` reconcilers, e.g.
+group identity's ``cpu.bvt_warp_ns`` of ``kubepods``/``burstable``/``besteffort``) into the kube-QoS
+directories ``qos_dirs`` names; without ``qos_dirs`` (tests of the pod levels) that part is skipped.
+
+Then each NodeSLO host application (``host_apps``: name, QoS class, cgroup directory) gets the hooks'
+host-application part (upstream ``RegisterHostAppReconciler``: group identity's ``cpu.bvt_warp_ns`` by its
+class, an LS application's cpuset from the shared pools) written into its cgroup; an application whose
+cgroup does not exist yet is skipped quietly (the write meets a vanished cgroup) until it does.
 """
 
 from __future__ import annotations
@@ -21,14 +30,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
+from koordlet.apis.extension import QoSClass
 from koordlet.component import Worker
-from koordlet.resourceexecutor.update import Outcome
+from koordlet.resourceexecutor.update import CgroupUpdate, Outcome
 from koordlet.runtimehooks.apply import Applier
-from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
+from koordlet.runtimehooks.framework import HookRequest, HookRunner, HostAppContext, NodeContext, Stage
 from koordlet.statesinformer.framework import PodMeta, StatesInformer
+from koordlet.system.kubepaths import KubeQoS
+from koordlet.system.resources import REGISTRY
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +50,16 @@ _FAILED = frozenset({Outcome.INVALID, Outcome.FAILED})
 
 
 OomScoreApply = Callable[[str, int, str], list[str]]
+
+
+@dataclass(frozen=True)
+class HostAppTarget:
+    """A host application as the reconciler needs it."""
+
+    name: str
+    qos: QoSClass
+    rel_dir: str
+    """Its cgroup directory relative to a hierarchy root."""
 
 
 class ReconcileMetricsSink(Protocol):
@@ -54,7 +77,9 @@ class Reconciler:
                  interval_seconds: float = DEFAULT_INTERVAL_SECONDS, metrics: ReconcileMetricsSink | None = None,
                  oom_score: OomScoreApply | None = None, clock: Callable[[], float] = time.perf_counter,
                  incarnation: Callable[[str], int | None] | None = None,
-                 forget: Callable[[str], None] | None = None) -> None:
+                 forget: Callable[[str], None] | None = None,
+                 qos_dirs: Mapping[KubeQoS, str] | None = None,
+                 host_apps: Callable[[], Sequence[HostAppTarget]] | None = None) -> None:
         """``oom_score(container rel_dir, value, owner) -> problems`` sets ``oom_score_adj`` of the running
         processes of a container (the runtimes set it only at creation); None: not applied.
         ``incarnation(pod rel_dir)`` identifies the pod's cgroup directory (its inode; None when missing) and
@@ -75,7 +100,9 @@ class Reconciler:
         self._wake = threading.Event()
         self._worker = Worker(self.name)
         self._failing: dict[str, str] = {}
-        """pod key -> the error logged for its current failure streak."""
+        """pod key (or ``hook:<name>`` for a node-level part) -> the error logged for its current failure streak."""
+        self._qos_dirs = qos_dirs
+        self._host_apps = host_apps
         self.rounds = 0
 
     # --- lifecycle --------------------------------------------------------------------------------------
@@ -105,7 +132,8 @@ class Reconciler:
     # --- one round --------------------------------------------------------------------------------------
 
     def reconcile(self, pods: Sequence[PodMeta]) -> None:
-        seen: set[str] = set()
+        seen: set[str] = self._node_level()
+        seen |= self._host_app_level()
         dirs: set[str] = set()
         for meta in pods:
             if meta.pod.terminated or not meta.cgroup_dir:
@@ -119,6 +147,63 @@ class Reconciler:
         for rel_dir in set(self._incarnations) - dirs:
             del self._incarnations[rel_dir]
         self.rounds += 1
+
+    def _node_level(self) -> set[str]:
+        """Runs every hook's node-level part and writes its kube-QoS values; returns the streak keys used."""
+        keys: set[str] = set()
+        if self._qos_dirs is None:
+            return keys
+        for hook in self._runner.node_hooks:
+            key = f"hook:{hook.name}"
+            keys.add(key)
+            ctx = NodeContext(hook.name)
+            try:
+                assert hook.node_fn is not None
+                hook.node_fn(ctx)
+                updates = [CgroupUpdate(REGISTRY[res], self._qos_dirs[qos], value, f"runtimehooks/{hook.name}")
+                           for qos, values in ctx.writes.items() for res, value in values.items()]
+                problems = [f"{r.update.key} in {r.update.rel_dir}: {r.outcome.value}"
+                            + (f" ({r.error})" if r.error else "")
+                            for r in self._applier.apply(updates) if r.outcome in _FAILED]
+            except Exception as exc:  # one hook's bug must not stop the pods' round
+                problems = [f"{hook.name}: {exc}"]
+            self._streak(key, problems)
+        return keys
+
+    def _host_app_level(self) -> set[str]:
+        """Runs the hooks' host-application part for each application; returns the streak keys used."""
+        keys: set[str] = set()
+        if self._host_apps is None or not self._runner.host_app_hooks:
+            return keys
+        for app in self._host_apps():
+            key = f"hostapp:{app.name}"
+            keys.add(key)
+            problems: list[str] = []
+            updates: list[CgroupUpdate] = []
+            for hook in self._runner.host_app_hooks:
+                ctx = HostAppContext(hook.name, app.name, app.qos)
+                try:
+                    assert hook.host_app_fn is not None
+                    hook.host_app_fn(ctx)
+                except Exception as exc:  # one hook's bug must not stop the others or the pods' round
+                    problems.append(f"{hook.name}: {exc}")
+                    continue
+                updates += [CgroupUpdate(REGISTRY[res], app.rel_dir, value, f"runtimehooks/{hook.name}")
+                            for res, value in ctx.writes.items()]
+            problems += [f"{r.update.key} in {r.update.rel_dir}: {r.outcome.value}"
+                         + (f" ({r.error})" if r.error else "")
+                         for r in self._applier.apply(updates) if r.outcome in _FAILED]
+            self._streak(key, problems)
+        return keys
+
+    def _streak(self, key: str, errors: list[str]) -> None:
+        if errors:
+            text = "; ".join(errors)
+            if self._failing.get(key) != text:
+                log.warning("runtime hooks reconcile failed", extra={"pod": key, "error": text})
+            self._failing[key] = text
+        elif self._failing.pop(key, None) is not None:
+            log.info("runtime hooks reconcile recovered", extra={"pod": key})
 
     def _check_incarnation(self, rel_dir: str) -> None:
         if self._incarnation is None:
@@ -148,13 +233,7 @@ class Reconciler:
                 continue
             request = HookRequest(Stage.PRE_CREATE_CONTAINER, pod, meta.cgroup_dir, spec, spec.container_id)
             errors += self._run(request, container.cgroup_dir, "container")
-        if errors:
-            text = "; ".join(errors)
-            if self._failing.get(pod.key) != text:
-                log.warning("runtime hooks reconcile failed", extra={"pod": pod.key, "error": text})
-            self._failing[pod.key] = text
-        elif self._failing.pop(pod.key, None) is not None:
-            log.info("runtime hooks reconcile recovered", extra={"pod": pod.key})
+        self._streak(pod.key, errors)
 
     def _run(self, request: HookRequest, rel_dir: str, level: str) -> list[str]:
         if not self._runner.hooks(request.stage):

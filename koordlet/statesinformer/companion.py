@@ -5,13 +5,18 @@ adds the bearer token to every call.  On it run:
 
 - :class:`CompanionNodeMetricSink`, a NodeMetric reporter next to :class:`~.nodemetric.LocalNodeMetricSink`:
   one ``ReportNodeMetric`` per round, bounded by a timeout so a companion that is away never stalls reporting;
-  the collect policy the companion answers with is handed to a listener (the runner's ``set_policy``).
+  the collect policy the companion answers with is handed to a listener (the runner's ``set_policy``).  When a
+  :data:`TopologyReport` is attached, its report rides along (``topology_json``) whenever it differs from the last
+  one the companion accepted.
 - :class:`CompanionNodeSLOSource`, a thread holding a ``WatchNodeSLO`` stream: each update is offered to the
   NodeSLO holder (a spec the holder rejects leaves the last good one in force), and the last good spec is
   persisted so that a koordlet restarted while the companion is away starts from it rather than from the
   defaults.  A broken stream is reopened with exponential backoff (1 s doubling to 30 s, with jitter so a
   companion restart is not met by every node in the same second); HTTP/2 keepalive notices a dead companion
-  behind a silent connection.
+  behind a silent connection.  The watch asks for the Kubernetes Node's facts too (``want_node``): each
+  ``node_json`` is validated into a :class:`~.nodeinfo.KubeNodeInfo` and handed on (``StatesInformer.set_kube_node``)
+  and persisted with the spec; a companion that sends none (an older one, or one without Kubernetes) changes
+  nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ import grpc
 from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
 from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
 from koordlet.component import Worker
-from koordlet.errors import ConfigError, KoordletError
+from koordlet.errors import ConfigError, KoordletError, ParseError
+from koordlet.statesinformer.nodeinfo import KubeNodeInfo
 from koordlet.system import atomicfile
 
 log = logging.getLogger(__name__)
@@ -112,23 +118,28 @@ class CompanionClient:
             self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = companion_pb2_grpc.CompanionStub(self._channel)  # type: ignore[no-untyped-call]
 
-    def report(self, status: NodeMetricStatus, timeout_seconds: float = REPORT_TIMEOUT_SECONDS) -> Any:
-        """Sends one status; returns the ``ReportNodeMetricResponse``.  Raises CompanionError."""
+    def report(self, status: NodeMetricStatus, timeout_seconds: float = REPORT_TIMEOUT_SECONDS,
+               topology_json: bytes = b"") -> Any:
+        """Sends one status (and the topology report when given); returns the ``ReportNodeMetricResponse``.
+        Raises CompanionError."""
         request = companion_pb2.ReportNodeMetricRequest(
             node_name=self.node_name, status_json=json.dumps(status.to_json(), separators=(",", ":")).encode(),
-            sent_at_unix_ms=int(time.time() * 1000))
+            sent_at_unix_ms=int(time.time() * 1000), topology_json=topology_json)
         try:
             return self._stub.ReportNodeMetric(request, timeout=timeout_seconds, metadata=self._metadata())
         except grpc.RpcError as exc:
             raise CompanionError(f"ReportNodeMetric to {self.target}: {_describe(exc)}") from None
 
-    def watch(self, last_generation: int, last_instance: str = "") -> Any:
-        """Opens ``WatchNodeSLO`` from the generation held and the companion instance it came from.
+    def watch(self, last_generation: int, last_instance: str = "", last_node_version: str = "",
+              want_node: bool = True) -> Any:
+        """Opens ``WatchNodeSLO`` from the generation held and the companion instance it came from, asking for
+        the Node's facts (``want_node``) unless the caller holds ``last_node_version`` of them already.
 
         The result iterates ``NodeSLOUpdate`` messages (raising ``grpc.RpcError`` when the stream breaks), and
         ``cancel()`` ends it from another thread."""
         request = companion_pb2.WatchNodeSLORequest(node_name=self.node_name, last_generation=last_generation,
-                                                    last_instance=last_instance)
+                                                    last_instance=last_instance, want_node=want_node,
+                                                    last_node_version=last_node_version)
         return self._stub.WatchNodeSLO(request, metadata=self._metadata())
 
     def evict(self, namespace: str, name: str, reason: str, message: str,
@@ -185,6 +196,11 @@ def token_from_file(path: str, *, reread_seconds: float = TOKEN_REREAD_SECONDS,
 
 # ---------------------------------------------------------------------------------------------- NodeMetric
 
+TopologyReport = Callable[[], "dict[str, Any] | None"]
+"""The node topology report (CPU topology, kubelet CPU manager, shared pools) for the companion's
+NodeResourceTopology, as JSON-shaped data; None while it is not known (nothing is sent).  The NodeTopologyReport
+feature provides it (``TopologySource.current``)."""
+
 
 class CompanionNodeMetricSink:
     """Reports each NodeMetric status to the companion (a :class:`~.nodemetric.NodeMetricReporter`).
@@ -201,13 +217,18 @@ class CompanionNodeMetricSink:
         self.on_policy = on_policy
         """Receives the collect policy the companion asks for when it changes (the runner's ``set_policy``)."""
         self._policy_json: bytes = b""
+        self.topology: TopologyReport | None = None
+        """Attached by the daemon when the topology is reported; its report goes out when it changed."""
+        self._topology_sent: bytes = b""
+        """The topology the companion last accepted (re-sent whenever the current one differs)."""
         self.failing = False
         self.failures = 0
         self.reports = 0
 
     def report(self, status: NodeMetricStatus) -> None:
+        topology = self._topology_json()
         try:
-            response = self._client.report(status, self._timeout)
+            response = self._client.report(status, self._timeout, topology_json=topology)
         except CompanionError as exc:
             self.failures += 1
             if not self.failing:
@@ -216,10 +237,32 @@ class CompanionNodeMetricSink:
             self.failing = True
             return
         self.reports += 1
+        if topology and response.accepted:
+            self._topology_sent = topology
         if self.failing:
             log.info("NodeMetric delivered to the companion again", extra={"target": self._client.target})
             self.failing = False
         self.offer_policy(response.collect_policy_json)
+
+    def topology_reconnected(self) -> None:
+        """Forget what the companion holds (it restarted, or another replica serves): the next report carries
+        the topology again."""
+        self._topology_sent = b""
+
+    def _topology_json(self) -> bytes:
+        """The current topology as compact, key-sorted JSON when it differs from the accepted one; else b""."""
+        source = self.topology
+        if source is None:
+            return b""
+        try:
+            current = source()
+            if current is None:
+                return b""
+            raw = json.dumps(current, separators=(",", ":"), sort_keys=True).encode()
+        except Exception as exc:  # a failing source must not stop NodeMetric reporting
+            log.warning("topology report not built; NodeMetric sent without it", extra={"error": str(exc)})
+            return b""
+        return b"" if raw == self._topology_sent else raw
 
     def offer_policy(self, raw: bytes) -> None:
         """The collect policy the companion asks for, from a report's reply or a NodeSLO update; applied
@@ -265,14 +308,18 @@ class CompanionNodeSLOSource:
                  max_backoff_seconds: float = MAX_BACKOFF_SECONDS,
                  rng: Callable[[], float] = random.random,
                  on_policy: Callable[[bytes], None] | None = None,
-                 on_reconnect: Callable[[], None] | None = None) -> None:
+                 on_reconnect: Callable[[], None] | None = None,
+                 on_node: Callable[[KubeNodeInfo], None] | None = None) -> None:
         """``on_policy`` receives the NodeMetric collect policy each update carries (the report sink's
         ``offer_policy``), so the first report already runs on the companion's cadence.  ``on_reconnect`` is
         called when a watch is established again after the first (the NodeMetric runner's ``report_now``): a
-        companion that restarted has no figures of this node until the next report, up to an interval away."""
+        companion that restarted has no figures of this node until the next report, up to an interval away.
+        ``on_node`` receives each valid Node the companion sends (``StatesInformer.set_kube_node``); without it
+        the watch does not ask for the Node."""
         self._client = client
         self._on_policy = on_policy
         self._on_reconnect = on_reconnect
+        self._on_node = on_node
         self._holder = holder
         self.persist_path = Path(persist_path)
         self._initial_backoff = initial_backoff_seconds
@@ -285,11 +332,16 @@ class CompanionNodeSLOSource:
         """Generation of the newest update received (accepted or not): sent back when the watch reopens."""
         self.last_instance = ""
         """The companion instance ``last_generation`` came from (generations compare only within one)."""
+        self.last_node_version = ""
+        """``node_version`` of the newest valid Node received (sent back so an unchanged one is not re-sent)."""
+        self.node: KubeNodeInfo | None = None
+        """The newest valid Node (None: none received nor persisted)."""
+        self._node_json: bytes = b""
         self.connected = False
         """True while a watch stream is established."""
         self.connects = 0
         """Streams the companion accepted so far."""
-        self._persisted: tuple[int, str, Any] | None = None
+        self._persisted: tuple[int, str, Any, bytes] | None = None
         self._persist_failing = False
 
     # ------------------------------------------------------------------------------------- persistence
@@ -320,20 +372,44 @@ class CompanionNodeSLOSource:
                         extra={"path": path, "error": str(exc), "bytes": len(raw), "moved_to": bad})
             return False
         origin = f"companion:{document.get('origin') or self._client.target} (persisted)"
+        node_raw = self._load_persisted_node(document.get("node"))
         if not self._holder.offer_spec(document["spec"], origin):
             return False
         self.last_generation = document["generation"]
         instance = document.get("instance")
         self.last_instance = instance if isinstance(instance, str) else ""
-        self._persisted = (document["generation"], self.last_instance, document["spec"])
+        self._persisted = (document["generation"], self.last_instance, document["spec"], node_raw)
         log.info("NodeSLO loaded from the persisted copy", extra={"path": path, "generation": self.last_generation})
         return True
 
+    def _load_persisted_node(self, node: Any) -> bytes:
+        """Hands on the persisted Node (an optional key: copies written before it have none); its node_json."""
+        if node is None:
+            return b""
+        try:
+            info = KubeNodeInfo.from_json(node, "persisted node")
+        except ParseError as exc:
+            log.warning("persisted Node unusable, ignored until the companion sends one",
+                        extra={"path": str(self.persist_path), "error": str(exc)})
+            return b""
+        self._set_node(info, str(node.get("version", "")) if isinstance(node, Mapping) else "")
+        self._node_json = json.dumps(info.to_json(), sort_keys=True).encode()
+        return self._node_json
+
+    def _set_node(self, info: KubeNodeInfo, version: str) -> None:
+        self.node = info
+        self.last_node_version = version
+        if self._on_node is not None:
+            self._on_node(info)
+
     def _persist(self, update: Any, spec: Any) -> None:
-        if self._persisted == (update.generation, update.instance, spec):
+        if self._persisted == (update.generation, update.instance, spec, self._node_json):
             return
-        data = json.dumps({"format": PERSIST_FORMAT, "generation": update.generation, "instance": update.instance,
-                           "origin": update.origin, "spec": spec}, sort_keys=True).encode() + b"\n"
+        document: dict[str, Any] = {"format": PERSIST_FORMAT, "generation": update.generation,
+                                    "instance": update.instance, "origin": update.origin, "spec": spec}
+        if self.node is not None:
+            document["node"] = {**self.node.to_json(), "version": self.last_node_version}
+        data = json.dumps(document, sort_keys=True).encode() + b"\n"
         directory = self.persist_path.parent
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -348,7 +424,7 @@ class CompanionNodeSLOSource:
         if self._persist_failing:
             log.info("NodeSLO persisted again", extra={"path": str(self.persist_path), "generation": update.generation})
         self._persist_failing = False
-        self._persisted = (update.generation, update.instance, spec)
+        self._persisted = (update.generation, update.instance, spec, self._node_json)
 
     # ------------------------------------------------------------------------------------- updates
 
@@ -359,6 +435,8 @@ class CompanionNodeSLOSource:
         origin = f"companion:{update.origin or self._client.target}"
         if self._on_policy is not None and update.collect_policy_json:
             self._on_policy(bytes(update.collect_policy_json))
+        if update.node_json:
+            self._apply_node(bytes(update.node_json), update.node_version)
         try:
             spec = json.loads(update.spec_json)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -367,6 +445,21 @@ class CompanionNodeSLOSource:
             return False
         self._persist(update, spec)
         return True
+
+    def _apply_node(self, raw: bytes, version: str) -> None:
+        """A Node from the companion: handed on when valid; an invalid one is logged and the last good stays."""
+        if raw == self._node_json:
+            self.last_node_version = version
+            return
+        try:
+            info = KubeNodeInfo.from_json(raw)
+        except ParseError as exc:
+            log.error("companion sent an invalid Node; keeping the last good one", extra={"error": str(exc)})
+            return
+        self._node_json = raw
+        for problem in info.problems():
+            log.warning("companion sent a Node fact that cannot be used, treated as absent", extra={"error": problem})
+        self._set_node(info, version)
 
     # ------------------------------------------------------------------------------------- component
 
@@ -421,7 +514,8 @@ class CompanionNodeSLOSource:
     def _watch_once(self) -> tuple[bool, grpc.RpcError | None]:
         """One stream from open to end: whether the companion accepted it, and the error that ended it (None
         for a clean end)."""
-        call = self._client.watch(self.last_generation, self.last_instance)
+        call = self._client.watch(self.last_generation, self.last_instance, self.last_node_version,
+                                  want_node=self._on_node is not None)
         with self._lock:
             self._call = call
         if self._worker.stopping.is_set():  # stop() ran before the call was visible to it

@@ -10,9 +10,11 @@ is its CPUs minus
 * the CPUs kubelet's static policy pinned to containers (``cpu_manager_state`` entries), except those of
   pods Koordinator places itself: a pod labelled LS or BE, or one with a bound cpuset, gets its cpuset from
   the cpuset hook whatever kubelet assigned it;
-* the node's reserved CPUs (kubelet ``reservedSystemCPUs``).  Upstream removes the CPUs of the
-  ``node.koordinator.sh/reservation`` annotation here; this node agent reads no Node object and takes
-  kubelet's reserved CPUs in its place, the CPUs cpusuppress already keeps BE off.
+* the node's reserved CPUs: those of the Node's ``node.koordinator.sh/reservation`` and exclusive
+  ``node.koordinator.sh/system-qos-resource`` annotations (upstream ``removeNodeReservedCPUs``,
+  ``removeSystemQOSCPUs``; the companion sends the Node down), and kubelet's ``reservedSystemCPUs``, the CPUs
+  cpusuppress already keeps BE off (upstream leaves those in the pools; taking them out predates the Node
+  reaching this agent and keeps LS off the system's CPUs).
 
 The pools are a pure function of the node, the pod list, the reservation and the state file;
 :class:`CPUPools` recomputes them when one of those changed (a ``stat`` of the state file per call) and
@@ -101,6 +103,23 @@ def shared_pools(node: NodeInfo, pods: Iterable[PodMeta], reserved: Iterable[int
         taken.update(bound_cpus(pod))
     for entry in pinned:
         taken.update(entry.cpus)
+    return _pools(node, taken)
+
+
+def be_shared_pools(node: NodeInfo, pods: Iterable[PodMeta], reserved: Iterable[int],
+                    pinned: Iterable[PinnedContainer]) -> list[SharedPool]:
+    """``node.koordinator.sh/be-cpu-shared-pools``: as :func:`shared_pools`, but only LSE pods take their
+    bound CPUs away (upstream ``calCPUSharePools``: BE may run on an LSR pod's CPUs, never on an LSE pod's)."""
+    taken = set(reserved)
+    for pod in pods:
+        if qos_from_label(pod.pod.labels.get(LABEL_QOS)) is QoSClass.LSE:
+            taken.update(bound_cpus(pod))
+    for entry in pinned:
+        taken.update(entry.cpus)
+    return _pools(node, taken)
+
+
+def _pools(node: NodeInfo, taken: set[int]) -> list[SharedPool]:
     by_node: dict[int, list[CpuTopology]] = {}
     for proc in node.processors():
         if proc.cpu not in taken:
@@ -119,6 +138,8 @@ def pools_annotation(pools: Sequence[SharedPool]) -> str:
 class _Snapshot:
     manager: KubeletCPUManager
     pools: str | None
+    ls_pools: tuple[SharedPool, ...] | None = None
+    be_pools: tuple[SharedPool, ...] | None = None
 
 
 class CPUPools:
@@ -130,14 +151,19 @@ class CPUPools:
     pools are unknown (None) rather than a guess that may hand an LS container someone's exclusive CPUs."""
 
     def __init__(self, state_path: str, node: Callable[[], NodeInfo], pods: Callable[[], Sequence[PodMeta]],
-                 reservation: Callable[[], Reservation], ready: Callable[[], bool]) -> None:
+                 reservation: Callable[[], Reservation], ready: Callable[[], bool],
+                 node_reserved: Callable[[], frozenset[int]] = frozenset) -> None:
         self.state_path = state_path
         self._node = node
+        self._node_reserved = node_reserved
+        """CPUs the Node's own annotations keep from both pools (``node.koordinator.sh/reservation``, exclusive
+        ``system-qos-resource``: upstream ``removeNodeReservedCPUs``, ``removeSystemQOSCPUs``)."""
         self._pods = pods
         self._reservation = reservation
         self._ready = ready
         self._lock = threading.Lock()
         self._key_pods: Sequence[PodMeta] | None = None
+        self._key_node: NodeInfo | None = None
         self._key: tuple[object, ...] | None = None
         self._snapshot = _Snapshot(KubeletCPUManager(), None)
         self._file_key: tuple[int, int, int] | None = None
@@ -147,9 +173,10 @@ class CPUPools:
 
     @classmethod
     def under(cls, kubelet_root_dir: str, node: Callable[[], NodeInfo], pods: Callable[[], Sequence[PodMeta]],
-              reservation: Callable[[], Reservation], ready: Callable[[], bool]) -> CPUPools:
+              reservation: Callable[[], Reservation], ready: Callable[[], bool],
+              node_reserved: Callable[[], frozenset[int]] = frozenset) -> CPUPools:
         """Pools reading ``<kubelet_root_dir>/cpu_manager_state``."""
-        return cls(os.path.join(kubelet_root_dir, STATE_FILE), node, pods, reservation, ready)
+        return cls(os.path.join(kubelet_root_dir, STATE_FILE), node, pods, reservation, ready, node_reserved)
 
     def cpu_manager(self) -> KubeletCPUManager:
         """kubelet's policy and the containers it pinned; never raises."""
@@ -159,22 +186,37 @@ class CPUPools:
         """``node.koordinator.sh/cpu-shared-pools`` text, or None while the pools are unknown."""
         return self._current().pools
 
+    def pools(self) -> tuple[tuple[SharedPool, ...], tuple[SharedPool, ...]] | None:
+        """The LS and BE shared pools, or None while they are unknown (as :meth:`annotation`)."""
+        snapshot = self._current()
+        if snapshot.ls_pools is None or snapshot.be_pools is None:
+            return None
+        return snapshot.ls_pools, snapshot.be_pools
+
     def _current(self) -> _Snapshot:
         pods = self._pods()
         reservation = self._reservation()
         ready = self._ready()
         with self._lock:
             file_key = self._stat()
-            key = (reservation, ready, file_key)
-            if self._key_pods is pods and self._key == key:
+            node = self._node()
+            kept = self._node_reserved()
+            key = (reservation, ready, file_key, kept)
+            # The node is replaced, never mutated, when the CPU topology is re-read: compared by identity.
+            if self._key_pods is pods and self._key_node is node and self._key == key:
                 return self._snapshot
             self._load(file_key, reservation.cpu_manager_policy)
             static = reservation.cpu_manager_policy == POLICY_STATIC
             pinned = kubelet_pinned(self._state, pods)
             manager = KubeletCPUManager(reservation.cpu_manager_policy, pinned, self._state_error)
             known = ready and not (static and self._state is None)
-            pools = pools_annotation(shared_pools(self._node(), pods, reservation.cpus, pinned)) if known else None
-            self._key_pods, self._key, self._snapshot = pods, key, _Snapshot(manager, pools)
+            snapshot = _Snapshot(manager, None)
+            if known:
+                reserved = (*reservation.cpus, *kept)
+                ls = tuple(shared_pools(node, pods, reserved, pinned))
+                be = tuple(be_shared_pools(node, pods, reserved, pinned))
+                snapshot = _Snapshot(manager, pools_annotation(ls), ls, be)
+            self._key_pods, self._key_node, self._key, self._snapshot = pods, node, key, snapshot
             return self._snapshot
 
     def _stat(self) -> tuple[int, int, int] | None:

@@ -10,6 +10,7 @@ from typing import Protocol
 from koordlet.apis.extension import PriorityClass, QoSClass
 from koordlet.apis.pod import Pod
 from koordlet.statesinformer.cpumanager import KubeletCPUManager
+from koordlet.statesinformer.nodeinfo import KubeNodeInfo
 from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.node import NodeInfo
 
@@ -72,4 +73,9 @@ class StatesInformer(Protocol):
 
     def subscribe(self, callback: PodsCallback) -> None:
         """Calls ``callback(pods)`` after each change of the pod list (from the informer's thread)."""
+        ...
+
+    def kube_node(self) -> KubeNodeInfo | None:
+        """The Kubernetes Node's facts as the companion last sent them (allocatable incl. batch-* and mid-*,
+        labels, annotations); None until it sent one (no companion, an older companion, no Kubernetes)."""
         ...

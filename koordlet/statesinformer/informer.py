@@ -17,10 +17,12 @@ from koordlet.component import Worker
 from koordlet.config.types import Config
 from koordlet.errors import KoordletError, ParseError
 from koordlet.statesinformer.cpumanager import KubeletCPUManager
-from koordlet.statesinformer.cpupools import CPUPools
+from koordlet.statesinformer.cpupools import CPUPools, SharedPool
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta, PodsCallback
+from koordlet.statesinformer.nodeinfo import KubeNodeInfo
 from koordlet.statesinformer.reservation import Reservation, reservation_from_resources
 from koordlet.statesinformer.standalone import scan_kubepods, workload_pods
+from koordlet.statesinformer.topology import annotation_reserved_cpus
 from koordlet.system.kubepaths import (
     CgroupDriver,
     KubeQoS,
@@ -68,6 +70,7 @@ class StatesInformer:
         self._driver = driver
         self._node = node
         self._pods: tuple[PodMeta, ...] = ()
+        self._kube_node: KubeNodeInfo | None = None
         self._callbacks: list[PodsCallback] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -85,7 +88,9 @@ class StatesInformer:
         # On a plain host the reservation is the configured one; with kubelet it is known once /configz is read.
         self._reservation_known = config.standalone
         self._cpu_pools = CPUPools.under(config.host.var_lib_kubelet_root_dir, self.node, self.pods,
-                                         self.reservation, lambda: self._pods_synced and self._reservation_known)
+                                         self.reservation, lambda: self._pods_synced and self._reservation_known,
+                                         self.node_reserved_cpus)
+        self._node_reserved: tuple[object, object, frozenset[int]] = (None, None, frozenset())
 
     # ------------------------------------------------------------------------------ StatesInformer
 
@@ -94,6 +99,14 @@ class StatesInformer:
 
     def node(self) -> NodeInfo:
         return self._node
+
+    def set_node(self, node: NodeInfo) -> bool:
+        """The node's facts re-read (CPU topology, every ``nodeCPUInfoIntervalSeconds``); replaces, never
+        mutates, so readers need no lock.  Returns whether anything changed."""
+        if node == self._node:
+            return False
+        self._node = node
+        return True
 
     def reservation(self) -> Reservation:
         """CPU and memory the node keeps back from pods (kubelet's, or the plain host's configured one)."""
@@ -111,6 +124,30 @@ class StatesInformer:
         """The node's ``node.koordinator.sh/cpu-shared-pools`` (JSON text), None until the first pod list and
         kubelet's configuration are known (:mod:`koordlet.statesinformer.cpupools`)."""
         return self._cpu_pools.annotation()
+
+    def node_reserved_cpus(self) -> frozenset[int]:
+        """CPUs the Node's ``node.koordinator.sh/reservation`` and exclusive ``system-qos-resource`` keep out of
+        the shared pools (none until the companion sent the Node; a bad annotation keeps none, and the topology
+        report says why).  Cached per Node and node facts, both replaced, never mutated."""
+        kube, node = self._kube_node, self._node
+        cached_kube, cached_node, cpus = self._node_reserved
+        if cached_kube is kube and cached_node is node:
+            return cpus
+        cpus = frozenset() if kube is None else annotation_reserved_cpus(node, kube.annotations)
+        self._node_reserved = (kube, node, cpus)
+        return cpus
+
+    def shared_pool_sets(self) -> tuple[tuple[SharedPool, ...], tuple[SharedPool, ...]] | None:
+        """The LS and BE shared pools (node topology report), None while unknown like :meth:`shared_pools`."""
+        return self._cpu_pools.pools()
+
+    def kube_node(self) -> KubeNodeInfo | None:
+        """The Node's facts from the companion (``set_kube_node``); None until it sent them."""
+        return self._kube_node
+
+    def set_kube_node(self, node: KubeNodeInfo | None) -> None:
+        """Called by the companion's NodeSLO watch with each Node it sends (validated already)."""
+        self._kube_node = node
 
     def subscribe(self, callback: PodsCallback) -> None:
         with self._lock:

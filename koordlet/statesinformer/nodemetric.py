@@ -13,9 +13,9 @@ Koordinator's koordlet (``pkg/koordlet/statesinformer/impl/states_nodemetric.go`
 - ``podsMetric``: the average usage of every pod the informer knows and the cache has samples for, with its
   priority class and QoS class (both with Koordinator's defaults).
 
-``prodReclaimableMetric`` needs the usage prediction (decaying histograms, request minus 1.1 x p95); until
-that lands the builder leaves it out, which consumers treat as "no prediction" exactly as they treat a
-koordlet with prediction disabled.
+``prodReclaimableMetric`` comes from the peak prediction (:mod:`koordlet.prediction`): every pod with metrics
+is added to a prod-reclaimable predictor; a predictor that cannot answer gives an empty ``resource`` (as
+upstream), which the companion's mid-tier reads as zero.
 
 Reporters decide where a status goes: :class:`LocalNodeMetricSink` keeps it on the node (metric-cache KV
 and a JSON file under the state dir); the companion's network sink implements the same protocol.
@@ -43,14 +43,17 @@ from koordlet.apis.nodemetric import (
     NodeMetricInfo,
     NodeMetricStatus,
     PodMetricInfo,
+    ReclaimableMetric,
     ResourceMap,
 )
+from koordlet.apis.nodeslo import HostApplicationSpec
 from koordlet.component import Worker
 from koordlet.errors import KoordletError
 from koordlet.metriccache import names
 from koordlet.metriccache.aggregate import Aggregate
 from koordlet.metriccache.cache import Labels, labels_of
 from koordlet.statesinformer.framework import PodMeta
+from koordlet.statesinformer.hostappmetric import host_app_metrics
 from koordlet.system import atomicfile
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,34 @@ class NodeMetricReporter(Protocol):
         ...
 
 
+# --- prodReclaimableMetric (issue 21, prediction) ---------------------------------------------------------
+
+class ProdPredictor(Protocol):
+    """One round's prod-reclaimable predictor (:class:`koordlet.prediction.ProdReclaimablePredictor`)."""
+
+    def add_pod(self, pod: Any) -> None:
+        ...
+
+    def result(self) -> Any:
+        """An object with ``cpu_milli`` and ``memory_bytes``; raises when there is no prediction."""
+        ...
+
+
+ProdPredictorFactory = Callable[[float], ProdPredictor]
+"""Makes the predictor for the round at ``now`` (epoch seconds)."""
+
+
+def _prod_reclaimable(predictor: ProdPredictor) -> ReclaimableMetric:
+    try:
+        result = predictor.result()
+    except Exception as exc:  # upstream reports an empty ReclaimableMetric and goes on
+        log.warning("prod reclaimable prediction unavailable", extra={"error": str(exc)})
+        return ReclaimableMetric(ResourceMap())
+    return ReclaimableMetric(ResourceMap(cpu_milli=int(result.cpu_milli), memory_bytes=int(result.memory_bytes)))
+
+# --- end prodReclaimableMetric ------------------------------------------------------------------------------
+
+
 class NodeMetricRecorder(Protocol):
     """Optional observer of reported statuses (the Prometheus ``koordlet_node_metric_*`` gauges)."""
 
@@ -107,6 +138,7 @@ class NodeMetricRecorder(Protocol):
 
 _MEMORY_SERIES: Final = {
     MemoryCollectPolicy.WITHOUT_PAGE_CACHE: (names.NODE_MEMORY_USAGE, names.POD_MEMORY_USAGE),
+    MemoryCollectPolicy.WITH_PAGE_CACHE: (names.NODE_MEMORY_WITH_PAGE_CACHE, names.POD_MEMORY_WITH_PAGE_CACHE),
 }
 """Node and pod memory series per ``nodeMemoryCollectPolicy``, for the figures that are collected."""
 
@@ -114,9 +146,9 @@ _MEMORY_SERIES: Final = {
 def _memory_series(policy: NodeMetricCollectPolicy) -> tuple[str, str]:
     """Node and pod memory series for the policy.
 
-    Only usage without page cache is collected.  Koordinator degrades ``usageWithHotPageCache`` to it when
-    kidled is not running; the builder degrades every policy whose series is not collected the same way,
-    which under-reports (never over-reports) memory to the controller and the scheduler."""
+    ``usageWithPageCache`` reads its own series (node MemTotal - MemFree, pods' anon + file LRUs), as upstream.
+    ``usageWithHotPageCache`` needs kidled's cold-page statistics (gate ColdPageCollector, not implemented):
+    Koordinator degrades it to usage without page cache when kidled is not running, and so does this."""
     return _MEMORY_SERIES.get(policy.node_memory_collect_policy,
                               _MEMORY_SERIES[MemoryCollectPolicy.WITHOUT_PAGE_CACHE])
 
@@ -178,11 +210,14 @@ def _pod_metric(cache: UsageQuerier, meta: PodMeta, memory_series: str, seconds:
 
 def build_node_metric(
     cache: UsageQuerier, informer: PodLister, policy: NodeMetricCollectPolicy, now: float,
+    predictor_factory: ProdPredictorFactory | None = None,
+    *, host_apps: Sequence[HostApplicationSpec] = (),
 ) -> NodeMetricStatus:
     """The NodeMetric status at ``now`` (epoch seconds) from the cache's series; see the module docstring.
 
     Pods without samples in the aggregate window (just started, or not collected) are left out, as
-    Koordinator leaves out pods whose query fails.  ``prodReclaimableMetric`` is not set (no prediction yet).
+    Koordinator leaves out pods whose query fails.  ``prodReclaimableMetric`` is set when
+    ``predictor_factory`` is given (the daemon runs the peak prediction).
     """
     seconds = policy.aggregate_duration_seconds
     node_memory, pod_memory = _memory_series(policy)
@@ -201,11 +236,22 @@ def build_node_metric(
                                           policy.node_aggregate_durations, now),
     )
     pods = []
+    predictor = predictor_factory(now) if predictor_factory is not None else None
     for meta in informer.pods():
         metric = _pod_metric(cache, meta, pod_memory, seconds, now)
         if metric is not None:
             pods.append(metric)
-    return NodeMetricStatus(update_time=now, node_metric=node, pods_metric=tuple(pods))
+            if predictor is not None:
+                try:  # upstream: predict the pods with valid metrics, ignore a pod's prediction failure
+                    predictor.add_pod(meta.pod)
+                except Exception as exc:
+                    log.debug("pod not predicted", extra={"pod": meta.pod.key, "error": str(exc)})
+    reclaimable = _prod_reclaimable(predictor) if predictor is not None else None
+    return NodeMetricStatus(update_time=now, node_metric=node, pods_metric=tuple(pods),
+                            prod_reclaimable_metric=reclaimable,
+                            # hostApplicationMetric (issue 21, host applications)
+                            host_application_metric=host_app_metrics(
+                                cache, host_apps, policy.node_memory_collect_policy, seconds, now))
 
 
 # ---------------------------------------------------------------------------------------------- local sink
@@ -294,6 +340,8 @@ class NodeMetricRunner:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         recorder: NodeMetricRecorder | None = None,
+        predictor_factory: ProdPredictorFactory | None = None,
+        host_apps: Callable[[], Sequence[HostApplicationSpec]] | None = None,
     ) -> None:
         self._cache = cache
         self._informer = informer
@@ -302,6 +350,10 @@ class NodeMetricRunner:
         self._clock = clock
         self._monotonic = monotonic
         self._recorder = recorder
+        self.predictor_factory = predictor_factory
+        """Set before start (the daemon's prediction block); None: no ``prodReclaimableMetric``."""
+        self.host_apps = host_apps
+        """The NodeSLO's ``hostApplications`` in force (hostApplicationMetric)."""
         self._worker = Worker("koordlet-nodemetric")
         self._wake = threading.Event()
         """Set by stop(), by a policy whose interval changed and by report_now()."""
@@ -341,7 +393,9 @@ class NodeMetricRunner:
 
     def run_once(self) -> NodeMetricStatus:
         """Build one status and hand it to every reporter; raises the first reporter error after trying all."""
-        status = build_node_metric(self._cache, self._informer, self._policy, self._clock())
+        status = build_node_metric(self._cache, self._informer, self._policy, self._clock(),
+                                   self.predictor_factory,
+                                   host_apps=self.host_apps() if self.host_apps is not None else ())
         if self._recorder is not None:
             self._recorder.record(status)
         errors: list[Exception] = []

@@ -28,6 +28,13 @@ class Reservation:
     """kubelet's ``cpuManagerPolicy`` (``none`` or ``static``): under ``static`` kubelet pins CPUs to
     Guaranteed containers and rewrites the cpuset of every other container (cpusuppress then limits BE
     per container, Koordinator #546)."""
+    cpu_manager_policy_options: tuple[tuple[str, str], ...] = ()
+    """kubelet's ``cpuManagerPolicyOptions`` (``full-pcpus-only``...), sorted by name; reported in the node
+    topology's ``kubelet.koordinator.sh/cpu-manager-policy``."""
+    topology_manager_policy: str = ""
+    """kubelet's ``topologyManagerPolicy`` (``none``, ``best-effort``, ``restricted``, ``single-numa-node``)."""
+    topology_manager_scope: str = ""
+    """kubelet's ``topologyManagerScope`` (``container`` or ``pod``)."""
 
     def __add__(self, other: Reservation) -> Reservation:
         """The sum of two reservations; the policy is this one's."""
@@ -72,4 +79,16 @@ def reservation_from_configz(obj: Any) -> Reservation:
     policy = config.get("cpuManagerPolicy") or POLICY_NONE
     if policy not in POLICIES:
         raise ParseError(f"kubeletconfig.cpuManagerPolicy: expected one of {', '.join(POLICIES)}, got {policy!r}")
-    return replace(reserved, cpu_manager_policy=policy)
+    options = config.get("cpuManagerPolicyOptions") or {}
+    if not isinstance(options, Mapping) or not all(isinstance(v, str) for v in options.values()):
+        raise ParseError(f"kubeletconfig.cpuManagerPolicyOptions: expected a map of option to string, got {options!r}")
+    topology: dict[str, str] = {}
+    for key in ("topologyManagerPolicy", "topologyManagerScope"):
+        value = config.get(key) or ""
+        if not isinstance(value, str):
+            raise ParseError(f"kubeletconfig.{key}: expected a string, got {value!r}")
+        topology[key] = value
+    return replace(reserved, cpu_manager_policy=policy,
+                   cpu_manager_policy_options=tuple(sorted((str(k), v) for k, v in options.items())),
+                   topology_manager_policy=topology["topologyManagerPolicy"],
+                   topology_manager_scope=topology["topologyManagerScope"])

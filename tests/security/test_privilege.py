@@ -40,6 +40,7 @@ MANIFESTS = REPO / "manifests"
 SYSTEMD = REPO / "systemd"
 NAMESPACE = "koordinator-system"
 SLO = "slo.koordinator.sh"
+NRT = "topology.node.k8s.io"
 
 Grant = tuple[str, str, str, str]
 """(namespace or '' for cluster-wide, apiGroup, resource, verb)."""
@@ -202,7 +203,11 @@ COMPANION_GRANTS: dict[Grant, tuple[str, ...]] = {
         "replace_validating_webhook_configuration",),
     # descheduler: the cluster each round, CustomPriority's autoCordon
     ("", SLO, "nodemetrics", "list"): ("list_cluster_custom_object",),
-    ("", "", "nodes", "patch"): ("patch_node",),
+    ("", "", "nodes", "patch"): ("patch_node",),  # also the cpu-normalization-ratio (kube/nodeannotations.py)
+    # node topology: one NodeResourceTopology per node from its koordlet's report (koordlet/companion/kube/nrt.py)
+    ("", NRT, "noderesourcetopologies", "get"): ("get_cluster_custom_object",),
+    ("", NRT, "noderesourcetopologies", "create"): ("create_cluster_custom_object",),
+    ("", NRT, "noderesourcetopologies", "update"): ("replace_cluster_custom_object",),
 }
 
 
@@ -215,7 +220,8 @@ def _grants(objects: list[dict[str, Any]], service_account: str) -> set[Grant]:
 @pytest.mark.parametrize(("service_account", "expected", "sources"), [
     ("koordlet", KOORDLET_GRANTS, ["koordlet/statesinformer/kubelet.py"]),
     ("koord-companion", COMPANION_GRANTS, [*(f"koordlet/companion/kube/{module}.py"
-                                             for module in ("client", "watch", "backoff", "writers", "lease")),
+                                             for module in ("client", "watch", "backoff", "writers", "lease",
+                                                            "nrt")),
                                            "koordlet/companion/app.py", "koordlet/companion/auth.py",
                                            "koordlet/companion/certs.py",
                                            *(f"koordlet/companion/colocation/{module}.py"

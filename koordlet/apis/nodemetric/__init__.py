@@ -40,6 +40,7 @@ from koordlet.apis.nodemetric.policy import (
 from koordlet.apis.nodemetric.status import (
     AggregatedUsage,
     AggregationType,
+    HostApplicationMetricInfo,
     NodeMetricInfo,
     NodeMetricStatus,
     PodMetricInfo,
@@ -61,6 +62,7 @@ __all__ = [
     "MIN_REPORT_INTERVAL_SECONDS",
     "AggregatedUsage",
     "AggregationType",
+    "HostApplicationMetricInfo",
     "MemoryCollectPolicy",
     "NodeMetric",
     "NodeMetricCollectPolicy",

@@ -262,6 +262,42 @@ class PodMetricInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class HostApplicationMetricInfo:
+    """One host application's usage (``HostApplicationMetricInfo{name, usage, priority, qos}``); priority
+    and QoS are the NodeSLO entry's as written (no defaults), omitted when empty."""
+
+    name: str
+    usage: ResourceMap
+    priority: PriorityClass = PriorityClass.NONE
+    qos: QoSClass = QoSClass.NONE
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.name:
+            out["name"] = self.name
+        out["usage"] = self.usage.to_json()
+        if self.priority is not PriorityClass.NONE:
+            out["priority"] = self.priority.value
+        if self.qos is not QoSClass.NONE:
+            out["qos"] = self.qos.value
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> HostApplicationMetricInfo:
+        obj = gojson.mapping(obj, where, optional=False)
+        priority_text = gojson.string(member(obj, "priority"), f"{where}.priority")
+        qos_text = gojson.string(member(obj, "qos"), f"{where}.qos")
+        priority = _PRIORITY_BY_VALUE.get(priority_text)
+        if priority is None:
+            raise ParseError(f"{where}.priority: unknown priority class {priority_text!r}")
+        qos = _QOS_BY_VALUE.get(qos_text)
+        if qos is None:
+            raise ParseError(f"{where}.qos: unknown QoS class {qos_text!r}")
+        return cls(name=gojson.string(member(obj, "name"), f"{where}.name"),
+                   usage=ResourceMap.from_json(member(obj, "usage"), f"{where}.usage"), priority=priority, qos=qos)
+
+
+@dataclass(frozen=True, slots=True)
 class ReclaimableMetric:
     """``ReclaimableMetric{resource}``: what prod pods requested but are predicted not to use."""
 
@@ -280,6 +316,8 @@ class NodeMetricStatus:
     node_metric: NodeMetricInfo | None = None
     pods_metric: tuple[PodMetricInfo, ...] = ()
     prod_reclaimable_metric: ReclaimableMetric | None = None
+    host_application_metric: tuple[HostApplicationMetricInfo, ...] = ()
+    """Usage of the NodeSLO's host applications, by name."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -291,6 +329,8 @@ class NodeMetricStatus:
             out["podsMetric"] = [p.to_json() for p in self.pods_metric]
         if self.prod_reclaimable_metric is not None:
             out["prodReclaimableMetric"] = self.prod_reclaimable_metric.to_json()
+        if self.host_application_metric:
+            out["hostApplicationMetric"] = [a.to_json() for a in self.host_application_metric]
         return out
 
     @classmethod
@@ -315,4 +355,8 @@ class NodeMetricStatus:
             prod_reclaimable_metric=ReclaimableMetric(ResourceMap.from_json(
                 member(gojson.mapping(reclaimable, f"{where}.prodReclaimableMetric", optional=False), "resource"),
                 f"{where}.prodReclaimableMetric.resource")) if reclaimable is not None else None,
+            host_application_metric=tuple(
+                HostApplicationMetricInfo.from_json(item, f"{where}.hostApplicationMetric[{i}]")
+                for i, item in enumerate(gojson.array(member(obj, "hostApplicationMetric"),
+                                                      f"{where}.hostApplicationMetric"))),
         )

@@ -26,6 +26,7 @@ from koordlet.apis.nodeslo.fields import (
     quantity_field,
     str_field,
 )
+from koordlet.errors import ConfigError
 
 CPU_SUPPRESS_POLICIES: Final = ("cpuset", "cfsQuota")
 CPU_EVICT_POLICIES: Final = ("evictByRealLimit", "evictByAllocatable")
@@ -336,6 +337,14 @@ class CgroupPath(JsonObject):
     relative_path: str | None = str_field("relativePath")
     """Directory of the application under the parent."""
 
+    def check(self, where: str) -> None:
+        # koordlet joins base/parentDir/relativePath the way Go's filepath.Join does, which resolves "..":
+        # a NodeSLO could otherwise point a host application at any directory of the host's cgroupfs
+        # mount or above it.
+        for name, value in (("parentDir", self.parent_dir), ("relativePath", self.relative_path)):
+            if value and ".." in value.split("/"):
+                raise ConfigError(f"{where}.{name}: must not contain '..', got {value!r}")
+
 
 @dataclass(frozen=True)
 class HostApplicationSpec(JsonObject):
@@ -351,6 +360,11 @@ class HostApplicationSpec(JsonObject):
     """Cgroup of the application; derived from qos and priority when unset."""
     strategy: Mapping[str, Any] | None = object_field("strategy")
     """Per-application strategy (empty in Koordinator today)."""
+
+    def check(self, where: str) -> None:
+        # The name keys the application's metric series and, with no cgroupPath, is its cgroup directory.
+        if not self.name or "/" in self.name or self.name in (".", ".."):
+            raise ConfigError(f"{where}.name: must be a non-empty name without '/', got {self.name!r}")
 
 
 # ------------------------------------------------------------------------------------------ spec

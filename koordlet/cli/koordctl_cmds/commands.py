@@ -78,8 +78,16 @@ def status_table(doc: Document, now: float) -> str:
                                for c in _items(doc, "components"))))
     gates = doc.get("feature_gates")
     if isinstance(gates, Mapping) and gates:
-        parts.append(render.table(("FEATURE-GATE", "ENABLED"),
-                                  ((str(name), render.text(on)) for name, on in gates.items())))
+        missing = doc.get("feature_gates_not_implemented")
+        # An older koordlet does not send the list: say nothing rather than claim every gate is implemented.
+        if isinstance(missing, list):
+            absent = {str(name) for name in missing}
+            parts.append(render.table(("FEATURE-GATE", "ENABLED", "IMPLEMENTED"),
+                                      ((str(name), render.text(on), "no" if str(name) in absent else "yes")
+                                       for name, on in gates.items())))
+        else:
+            parts.append(render.table(("FEATURE-GATE", "ENABLED"),
+                                      ((str(name), render.text(on)) for name, on in gates.items())))
     probes = _items(doc, "probes")
     if probes:
         parts.append(render.table(("PROBE", "SUPPORTED", "REASON"),

@@ -143,6 +143,44 @@ class NodeBatchResourceWriter:
         return self.backoff.guard(node, write)
 
 
+# --- mid-tier resources (issue 21) ---------------------------------------------------------------------------
+
+def _mid_patch(mid_cpu_milli: int | None, mid_memory_bytes: int | None) -> dict[str, Any]:
+    from koordlet.apis.extension import RESOURCE_MID_CPU, RESOURCE_MID_MEMORY
+
+    values: dict[str, str | None] = {}
+    for key, value in ((RESOURCE_MID_CPU, mid_cpu_milli), (RESOURCE_MID_MEMORY, mid_memory_bytes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"{key} must be a non-negative integer or None, got {value!r}")
+        # Upstream writes mid-cpu as an integer count of milli-cores, like batch-cpu.
+        values[key] = None if value is None else str(value)
+    return {"status": {"capacity": dict(values), "allocatable": dict(values)}}
+
+
+class NodeMidResourceWriter:
+    """Sets ``kubernetes.io/mid-cpu``/``mid-memory`` in the node's status capacity and allocatable (a JSON
+    merge patch on the status subresource, None removes the key), with the per-node backoff of the batch
+    writer."""
+
+    def __init__(self, api_client: client.ApiClient, *, timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
+                 on_retry: Callable[[str], None] | None = None) -> None:
+        self._api = api_client
+        self._timeout = timeout_seconds
+        self.backoff = WriteBackoff("node mid resources", on_retry=on_retry)
+
+    def apply(self, node: str, mid_cpu_milli: int | None, mid_memory_bytes: int | None) -> ApplyResult:
+        body = _mid_patch(mid_cpu_milli, mid_memory_bytes)  # bad values raise ValueError before any backoff
+
+        def write() -> ApplyResult:
+            call_json(client.CoreV1Api(self._api).patch_node_status, node, body, timeout=self._timeout,
+                      _content_type=MERGE_PATCH)
+            return ApplyResult.UPDATED
+
+        return self.backoff.guard(node, write)
+
+# --- end mid-tier resources -----------------------------------------------------------------------------------
+
+
 class _ClusterCustomObjects:
     """Get/create/replace of one cluster-scoped custom resource, as JSON."""
 

@@ -1,7 +1,8 @@
 """Node CPU and memory usage (Koordinator NodeResource collector).
 
 CPU: the change of /proc/stat's user+nice+system+irq+softirq over the elapsed time, in cores (steal and
-idle/iowait excluded); the first sample only sets the baseline.  Memory: MemTotal - MemAvailable.
+idle/iowait excluded); the first sample only sets the baseline.  Memory: MemTotal - MemAvailable, and for
+``usageWithPageCache`` MemTotal - MemFree (Koordinator's MemInfo.MemUsageWithPageCache).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class NodeResourceCollector(UsageCollector):
         self._files = files
         self._stat = files.track(_STAT, options.paths.proc("stat"), native.Kind.PROC_STAT)
         self._meminfo = files.track(_MEMINFO, options.paths.proc("meminfo"), native.Kind.MEMINFO,
-                                    ["MemTotal", "MemAvailable"])
+                                    ["MemTotal", "MemAvailable", "MemFree"])
 
     def collect(self, batch: native.BatchResult, now: float) -> None:
         cache = self._options.cache
@@ -42,6 +43,9 @@ class NodeResourceCollector(UsageCollector):
         available = batch.key_value(self._meminfo, 1)
         if total is not None and available is not None:
             cache.append(names.NODE_MEMORY_USAGE, (), now, float(max(total - available, 0)))
+        free = batch.key_value(self._meminfo, 2)
+        if total is not None and free is not None:
+            cache.append(names.NODE_MEMORY_WITH_PAGE_CACHE, (), now, float(max(total - free, 0)))
 
 
 def new(deps: CollectorDeps) -> NodeResourceCollector:

@@ -1,5 +1,7 @@
-"""System usage: node usage minus every pod's (and standalone workload's) usage, never below 0
-(Koordinator SystemResource).  Inputs older than the outdated interval make no sample."""
+"""System usage: node usage minus every pod's (and standalone workload's) and every host application's
+usage, never below 0 (Koordinator SystemResource).  Node and pod inputs older than the outdated interval
+make no sample; host-application sums that are missing or as old count as none (upstream skips the
+sample instead, but its host-app collector always runs)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from koordlet.statesinformer.framework import PodMeta
 NAME = "sysresource"
 _PAIRS = ((names.NODE_CPU_USAGE, names.POD_CPU_USAGE, names.SYSTEM_CPU_USAGE),
           (names.NODE_MEMORY_USAGE, names.POD_MEMORY_USAGE, names.SYSTEM_MEMORY_USAGE))
+_HOST_APPS = {names.POD_CPU_USAGE: names.HOST_APPS_CPU_USAGE, names.POD_MEMORY_USAGE: names.HOST_APPS_MEMORY_USAGE}
 
 
 class SysResourceCollector(UsageCollector):
@@ -46,6 +49,9 @@ class SysResourceCollector(UsageCollector):
                 last = ring.last()
                 if last is not None and now - last[0] <= max_age:
                     pods_total += last[1]
+            host_apps = cache.latest(_HOST_APPS[pod_name], (), max_age_seconds=max_age)
+            if host_apps is not None:
+                pods_total += host_apps[1]
             cache.append(system_name, (), now, max(node[1] - pods_total, 0.0))
 
 

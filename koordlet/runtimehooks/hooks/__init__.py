@@ -9,13 +9,22 @@ from __future__ import annotations
 from koordlet import plugins
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook
-from koordlet.runtimehooks.hooks import batchresource, coresched, cpuset, groupidentity, oomscoreadj, resctrl, tc
+from koordlet.runtimehooks.hooks import (
+    batchresource,
+    coresched,
+    cpunormalization,
+    cpuset,
+    groupidentity,
+    oomscoreadj,
+    resctrl,
+    tc,
+)
 
 KIND = "runtime hook"
 
 PLUGINS: tuple[plugins.Plugin[HookDeps, Hook], ...] = (
-    batchresource.PLUGIN, coresched.PLUGIN, cpuset.PLUGIN, groupidentity.PLUGIN, oomscoreadj.PLUGIN, resctrl.PLUGIN,
-    tc.PLUGIN)
+    batchresource.PLUGIN, coresched.PLUGIN, cpunormalization.PLUGIN, cpuset.PLUGIN, groupidentity.PLUGIN,
+    oomscoreadj.PLUGIN, resctrl.PLUGIN, tc.PLUGIN)
 
 
 def build_hooks(deps: HookDeps) -> list[Hook]:

@@ -265,6 +265,15 @@ def test_status_table(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
                                      ["core_sched", "no", "prctl: EINVAL"]]
 
 
+def test_status_table_marks_gates_not_implemented(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    gates = {"BECPUSuppress": True, "Libpfm4": False}
+    api.serve(contract.STATUS, {**STATUS_DOC, "feature_gates": gates, "feature_gates_not_implemented": ["Libpfm4"]})
+    code, out, _ = koordctl(api, "status", capsys=capsys)
+    assert code == 0
+    assert section(out, "FEATURE-GATE") == [["FEATURE-GATE", "ENABLED", "IMPLEMENTED"],
+                                            ["BECPUSuppress", "yes", "yes"], ["Libpfm4", "no", "no"]]
+
+
 def test_status_table_without_companion(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     api.serve(contract.STATUS, {**STATUS_DOC, "companion": None, "feature_gates": {}, "probes": []})
     code, out, _ = koordctl(api, "status", capsys=capsys)

@@ -97,3 +97,32 @@ def test_garbage_never_replaces_a_good_key(bad: str) -> None:
     assert THRESHOLD in errors
     rendered = controller.spec_for("n")
     assert rendered is not None and rendered.spec["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] == 55
+
+
+AMPLIFICATION = "resource-amplification-config"
+
+
+def test_resource_amplification_config_warns_once_per_configmap_version(caplog: pytest.LogCaptureFixture) -> None:
+    """Not implemented (upstream writes node.koordinator.sh/resource-amplification-ratio for the scheduler): the
+    key is accepted, not applied, and said so once per ConfigMap version, never silently."""
+    controller = SLOController()
+    controller.set_node("n1", {})
+    data = {AMPLIFICATION: json.dumps({"clusterStrategy": {"enable": True,
+                                                           "resourceAmplificationRatio": {"cpu": 1.5}}}),
+            THRESHOLD: threshold(True, 60)}
+
+    def warnings() -> list[str]:
+        return [r.key for r in caplog.records  # type: ignore[attr-defined]
+                if r.getMessage().startswith("slo-controller-config key is not implemented")]
+
+    with caplog.at_level("WARNING", logger="koordlet.companion.slocontroller"):
+        assert controller.set_configmap(data, "configmap@1") == {}
+        assert controller.set_configmap(data, "configmap@1") == {}  # a resync of the same version
+        assert warnings() == [AMPLIFICATION]
+        assert controller.not_applied == (AMPLIFICATION,)
+        controller.set_configmap(data, "configmap@2")
+        assert warnings() == [AMPLIFICATION, AMPLIFICATION]
+        controller.set_configmap({THRESHOLD: threshold(True, 60)}, "configmap@3")
+        assert controller.not_applied == () and len(warnings()) == 2
+    rendered = controller.spec_for("n1")
+    assert rendered is not None and rendered.spec["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] == 60

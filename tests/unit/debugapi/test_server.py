@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from koordlet.apis.nodeslo import NodeSLOSpec
+from koordlet.config import gates
 from koordlet.debugapi import contract
 from koordlet.debugapi.server import DebugServer, DebugSources, HostCgroups, decode_written
 from koordlet.errors import KoordletError
@@ -161,6 +162,7 @@ def test_status(world: World, serve: Any) -> None:
         "uptime_seconds": 60.5,
         "components": [{"name": "metriccache", "running": True}, {"name": "qosmanager", "running": False}],
         "feature_gates": {"BECPUSuppress": True, "CPIDetect": False},
+        "feature_gates_not_implemented": sorted(gates.NOT_IMPLEMENTED),
         "probes": [{"name": "psi", "supported": True, "reason": "/proc/pressure/cpu readable"},
                    {"name": "perf", "supported": False, "reason": "EACCES"}],
         "companion": None,

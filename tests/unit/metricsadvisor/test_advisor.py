@@ -173,10 +173,11 @@ def test_no_collectors_waits_a_second(fake_host: FakeHost, tmp_path: Path) -> No
 
 def test_registry_builds_every_collector_in_dependency_order() -> None:
     built = [c.name for c in build_collectors()]
-    assert built == ["noderesource", "podresource", "podmemory", "throttled", "beresource", "sysresource", "psi",
-                     "cpi"]
+    assert built == ["noderesource", "podresource", "podmemory", "throttled", "beresource", "hostapp", "sysresource",
+                     "psi", "cpi"]
     # sysresource derives from samples written earlier in the same tick.
-    assert built.index("sysresource") > max(built.index("noderesource"), built.index("podresource"))
+    assert built.index("sysresource") > max(built.index("noderesource"), built.index("podresource"),
+                                            built.index("hostapp"))
 
 
 def test_registry_rejects_duplicates_and_misnamed_collectors(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -205,7 +206,7 @@ def test_every_collector_end_to_end(fake_cgroup_host: FakeHost, tmp_path: Path) 
                            gates={"PSICollector": True})
     advisor = MetricsAdvisor(options, build_collectors(), monotonic=clock)
     assert advisor.collectors == ["noderesource", "podresource", "podmemory", "throttled", "beresource",
-                                  "sysresource", "psi"]
+                                  "hostapp", "sysresource", "psi"]
 
     def state(busy_ticks: int, usage_usec: int) -> None:
         host.write_proc("stat", f"cpu  {busy_ticks} 0 0 100000 0 0 0 0 0 0\n")

@@ -45,6 +45,16 @@ def test_memory_is_total_minus_available_in_bytes(fake_cgroup_host: FakeHost, tm
     assert samples(run.cache, names.NODE_MEMORY_USAGE) == [(T0, 10 * 2**30)]
 
 
+def test_memory_with_page_cache_is_total_minus_free(fake_cgroup_host: FakeHost, tmp_path: Path) -> None:
+    """usageWithPageCache (Koordinator MemInfo.MemUsageWithPageCache): MemTotal 16 GiB - MemFree 3 GiB (the
+    fixture writes MemFree = MemAvailable / 2) = 13 GiB; page cache counts, unlike MemTotal - MemAvailable."""
+    host = fake_cgroup_host
+    host.set_meminfo(total_kb=16 << 20, available_kb=6 << 20)
+    run = Single.start(noderesource.new(CollectorDeps()), make_options(host, tmp_path))
+    run.tick()
+    assert samples(run.cache, names.NODE_MEMORY_WITH_PAGE_CACHE) == [(T0, 13 * 2**30)]
+
+
 def test_missing_or_garbled_proc_files_make_no_sample(fake_host: FakeHost, tmp_path: Path) -> None:
     host = fake_host
     run = Single.start(noderesource.new(CollectorDeps()), make_options(host, tmp_path))

@@ -53,6 +53,23 @@ def test_usage_without_page_cache(fake_cgroup_host: FakeHost, tmp_path: Path) ->
         (T0, 104 * MIB)]
 
 
+def test_usage_with_page_cache(fake_cgroup_host: FakeHost, tmp_path: Path) -> None:
+    """usageWithPageCache (Koordinator MemoryStatRaw.UsageWithPageCache): anon + unevictable + active_file +
+    inactive_file from the same read.  Container: 104 + 500 MiB; pod: 124 + 600 MiB."""
+    host = fake_cgroup_host
+    pod = make_pod("a")
+    mkdirs(host, [pod])
+    run = Single.start(PodMemoryCollector(), make_options(host, tmp_path))
+    run.pods(pod)
+    set_memory(host, pod.cgroup_dir, 40 * MIB, 80 * MIB, 4 * MIB, 600 * MIB)
+    set_memory(host, pod.containers[0].cgroup_dir, 30 * MIB, 70 * MIB, 4 * MIB, 500 * MIB)
+    run.tick()
+    assert samples(run.cache, names.POD_MEMORY_WITH_PAGE_CACHE, labels_of(pod="uid-a")) == [(T0, 724 * MIB)]
+    assert samples(run.cache, names.CONTAINER_MEMORY_WITH_PAGE_CACHE,
+                   labels_of(pod="uid-a", container="a-main")) == [(T0, 604 * MIB)]
+    assert samples(run.cache, names.POD_MEMORY_USAGE, labels_of(pod="uid-a")) == [(T0, 124 * MIB)]
+
+
 def test_only_pods_in_the_list_are_reported(fake_cgroup_host: FakeHost, tmp_path: Path) -> None:
     host = fake_cgroup_host
     a, b = make_pod("a", containers=()), make_pod("b", containers=())
@@ -66,4 +83,5 @@ def test_only_pods_in_the_list_are_reported(fake_cgroup_host: FakeHost, tmp_path
     run.pods(b)
     run.tick(5.0)
     assert run.cache.series(names.POD_MEMORY_USAGE) == [labels_of(pod="uid-b")]
+    assert run.cache.series(names.POD_MEMORY_WITH_PAGE_CACHE) == [labels_of(pod="uid-b")]
     assert samples(run.cache, names.POD_MEMORY_USAGE, labels_of(pod="uid-b")) == [(T0, 2 * MIB), (T0 + 5, 2 * MIB)]

@@ -20,6 +20,7 @@ from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.statesinformer.cpumanager import KubeletCPUManager
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta, PodsCallback
+from koordlet.statesinformer.nodeinfo import KubeNodeInfo
 from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS, container_dir, pod_dir
 from koordlet.system.layout import CgroupMode
@@ -84,6 +85,11 @@ class FakeInformer:
     node_info: NodeInfo = field(default_factory=make_node)
     reserved: Reservation = field(default_factory=Reservation)
     kubelet: KubeletCPUManager = field(default_factory=KubeletCPUManager)
+    kube: KubeNodeInfo | None = None
+    """The Node's facts as the companion would send them (None: not sent)."""
+
+    def kube_node(self) -> KubeNodeInfo | None:
+        return self.kube
 
     def pods(self) -> tuple[PodMeta, ...]:
         return tuple(self.pod_list)

@@ -147,5 +147,5 @@ def test_registry_rejects_duplicates_and_builds_all(fake_host: FakeHost, tmp_pat
     options = make_options(fake_host, tmp_path, FakeInformer())
     names = [s.name for s in build_strategies(options)]
     assert names == ["cpusuppress", "cpuburst", "cpuevict", "memoryevict", "cgreconcile", "blkio", "coresched",
-                     "netqos", "resctrl"]
+                     "netqos", "resctrl", "sysreconcile"]
     assert list(registry()) == names

@@ -202,13 +202,31 @@ def test_no_samples_gives_empty_maps(cache: MetricCache) -> None:
     }
 
 
-@pytest.mark.parametrize("policy", list(MemoryCollectPolicy))
+@pytest.mark.parametrize("policy", [MemoryCollectPolicy.WITHOUT_PAGE_CACHE, MemoryCollectPolicy.WITH_HOT_PAGE_CACHE])
 def test_memory_policies_without_their_series_use_usage_without_page_cache(cache: MetricCache,
                                                                           policy: MemoryCollectPolicy) -> None:
+    """usageWithHotPageCache needs kidled (ColdPageCollector, not implemented): degraded as upstream does."""
     script_node(cache)
+    for t in (NOW - 10, NOW):  # a with-page-cache series these policies must not read
+        cache.append(names.NODE_MEMORY_WITH_PAGE_CACHE, labels_of(), t, 7000.0 * MIB)
     status = build_node_metric(cache, Pods(), NodeMetricCollectPolicy(node_memory_collect_policy=policy), NOW)
     assert status.node_metric is not None
     assert status.node_metric.to_json()["nodeUsage"] == FIVE_MINUTES["avg"]
+
+
+def test_usage_with_page_cache_reports_its_own_series(cache: MetricCache) -> None:
+    """usageWithPageCache: node memory from MemTotal - MemFree samples, pod memory from anon + file LRU samples
+    (upstream collectNodeMetric / collectPodMetric query the *WithPageCache metrics); CPU is unchanged."""
+    script_node(cache)
+    for i in range(1, 101):  # i + 1000 MiB at the node samples' instants: avg 1050.5 MiB
+        cache.append(names.NODE_MEMORY_WITH_PAGE_CACHE, labels_of(), NOW - 297 + 3 * (i - 1), float((i + 1000) * MIB))
+    script_pod(cache, "a", 0.25, 100.0 * MIB)
+    for t in range(int(NOW) - 60, int(NOW) + 1, 10):
+        cache.append(names.POD_MEMORY_WITH_PAGE_CACHE, labels_of(pod="a"), float(t), 900.0 * MIB)
+    policy = NodeMetricCollectPolicy(node_memory_collect_policy=MemoryCollectPolicy.WITH_PAGE_CACHE)
+    status = build_node_metric(cache, Pods([meta("a", "ls-pod")]), policy, NOW).to_json()
+    assert status["nodeMetric"]["nodeUsage"] == rm("6312m", f"{(1050 * MIB + MIB // 2) // 1024}Ki")
+    assert [p["podUsage"] for p in status["podsMetric"]] == [rm("250m", "900Mi")]
 
 
 # ------------------------------------------------------------------------------------------- local sink

@@ -84,6 +84,20 @@ class BlockDevices:
             raise ValueError(f'volume group "{vg}" has no physical volume listed in sysfs')
         return tuple(sorted(disks))
 
+    def disks_of_number(self, major: int, minor: int) -> tuple[Device, ...]:
+        """The whole disks holding block device ``major:minor`` (a mounted file system's ``st_dev``): itself
+        or its disk for a partition, the disks below it for device-mapper; ``ValueError`` when unknown."""
+        wanted = f"{major}:{minor}"
+        kname = next((k for k in self._entries() if _read(os.path.join(self.class_block, k, "dev")) == wanted), None)
+        if kname is None:
+            raise ValueError(f"no block device {wanted} (not a disk-backed file system?)")
+        if kname.startswith("dm-"):
+            disks = self._under(kname, 0)
+            if not disks:
+                raise ValueError(f"device-mapper {kname} lists no device below it in sysfs")
+            return tuple(sorted(disks))
+        return (self._whole_disk(kname),)
+
     # ------------------------------------------------------------------------------------------ sysfs
 
     def _entries(self) -> list[str]:

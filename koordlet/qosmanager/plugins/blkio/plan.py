@@ -8,6 +8,7 @@ nobody asked for."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,10 +74,12 @@ def blocks_of(cfg: BlkIOQOSCfg | None) -> tuple[BlockCfg, ...]:
     return cfg.blocks or ()
 
 
-def class_limits(where: str, cfg: BlkIOQOSCfg | None, devices: BlockDevices) -> dict[Device, DeviceLimits]:
-    """Per-disk throttles and weights of a class's ``blkioQOS`` (``where`` is its field path)."""
+def class_limits(where: str, cfg: BlkIOQOSCfg | None, devices: BlockDevices, podvolume: PodVolumes | None = None
+                 ) -> dict[Device, DeviceLimits]:
+    """Per-disk throttles and weights of a class's ``blkioQOS`` (``where`` is its field path), or of a pod's
+    annotation (with ``podvolume``, which resolves its ``podvolume`` blocks)."""
     planned: dict[Device, DeviceLimits] = {}
-    for i, block, disks in _resolve(where, blocks_of(cfg), devices):
+    for i, block, disks in _resolve(where, blocks_of(cfg), devices, podvolume):
         io = block.io_cfg or IOCfg()
         for disk in disks:
             planned[disk] = DeviceLimits(
@@ -107,7 +110,11 @@ def cost_off(dev: tuple[int, int]) -> str:
     return f"{dev[0]}:{dev[1]} enable=0"
 
 
-def _resolve(where: str, blocks: tuple[BlockCfg, ...], devices: BlockDevices
+PodVolumes = Callable[[str], tuple[Device, ...]]
+"""A pod's ``podvolume`` resolver: volume name -> its disks (raises ``ValueError`` naming the volume)."""
+
+
+def _resolve(where: str, blocks: tuple[BlockCfg, ...], devices: BlockDevices, podvolume: PodVolumes | None = None
              ) -> list[tuple[int, BlockCfg, tuple[Device, ...]]]:
     resolved: list[tuple[int, BlockCfg, tuple[Device, ...]]] = []
     owner: dict[Device, str] = {}
@@ -122,6 +129,8 @@ def _resolve(where: str, blocks: tuple[BlockCfg, ...], devices: BlockDevices
                 disks: tuple[Device, ...] = (devices.device(block.name),)
             elif block.block_type == "volumegroup":
                 disks = devices.volume_group(block.name)
+            elif block.block_type == "podvolume" and podvolume is not None:
+                disks = podvolume(block.name)
             else:
                 # Koordinator resolves pod volumes only from a pod's koordinator.sh/blkioQOS annotation.
                 raise PlanError(f"{field}.type: {block.block_type} blocks belong in a pod's "

@@ -10,8 +10,8 @@ blk-throttle limits (v1 ``blkio.throttle.{read,write}_{bps,iops}_device`` lines 
 Like Koordinator's disk recorder, every disk with a rule in the besteffort throttle files that the
 configuration does not name gets its rules removed (the directory is Koordinator's, and this is what makes
 a restart forget nothing), as do disks this strategy configured earlier.  ``blkioQOS`` of the LSR, LS and
-SYSTEM classes is ignored with a note, as Koordinator does (its pod-annotation ``podvolume`` path is not
-implemented here).
+SYSTEM classes is ignored with a note, as Koordinator does.  Pods annotated ``koordinator.sh/blkioQOS``
+(``device``, ``volumegroup`` and ``podvolume`` blocks) get limits in their own cgroups: :mod:`.pods`.
 
 A bad block fails the whole round before any write, with an error naming the field; the values in force
 stay.  Switched off (gate or both ``enable`` flags), the strategy removes everything it set and every rule
@@ -31,9 +31,10 @@ from koordlet.errors import KoordletError
 from koordlet.isolation.slo import qos_strategy
 from koordlet.qosmanager import helpers
 from koordlet.qosmanager.framework import Action, Decider, Decision, Options
-from koordlet.qosmanager.plugins.blkio import plan
+from koordlet.qosmanager.plugins.blkio import plan, pods
 from koordlet.qosmanager.plugins.blkio.devices import BlockDevices
 from koordlet.qosmanager.plugins.blkio.plan import COST_QOS, THROTTLES, WEIGHT, DeviceLimits, PlanError, RootCost
+from koordlet.qosmanager.plugins.blkio.pods import PodBlkIO
 from koordlet.resourceexecutor import CgroupUpdate, Result
 from koordlet.system.cgroupfile import CgroupFile
 from koordlet.system.resources import BLKIO_WRITE_BPS
@@ -77,6 +78,7 @@ class BlkIOReconcile:
         self._be_applied: dict[DevNo, bool] = {}
         """BE disks given limits -> whether their weight was written too."""
         self._root_applied: set[DevNo] = set()
+        self._pods = PodBlkIO(self.devices, options.kubelet_root_dir, options.layout.paths.proc_root)
         self._last_error: str | None = None
         self._decide = Decider(NAME, log, options.clock)
 
@@ -88,7 +90,8 @@ class BlkIOReconcile:
             return False
         strategy = qos_strategy(slo)
         return any(cfg is not None and cfg.enable is True
-                   for cfg in (_blkio(strategy.be_class), _blkio(strategy.cgroup_root)))
+                   for cfg in (_blkio(strategy.be_class), _blkio(strategy.cgroup_root))) or (
+            pods.annotated(self.options.informer.pods()))
 
     def interval(self) -> float:
         return self.options.config.reconcile_interval_seconds
@@ -115,8 +118,26 @@ class BlkIOReconcile:
         # The root first: a disk's iocost must be on before its besteffort weight is written.
         root_removed = self._plan_root(rnd, costs, root_cfg is not None and root_cfg.enable is True)
         be_removed = self._plan_be(rnd, be_dir, limits, self._iocost_disks(rnd, costs, root_removed))
+        pod_report = self._pods.plan(self, rnd, self.options.informer.pods())
         results = self._apply(rnd)
-        return self._reconciled(rnd, be_dir, limits, be_removed, costs, root_removed, results)
+        return self._reconciled(rnd, be_dir, limits, be_removed, costs, root_removed, results, pod_report)
+
+    # ------------------------------------------------------------------------------------------ pods.Queue
+
+    def listed(self, rnd: _Round, rel_dir: str) -> set[DevNo]:
+        return self._listed_throttles(rnd, rel_dir)
+
+    def queue(self, rnd: _Round, key: CgroupFile, rel_dir: str, dev: DevNo, value: int, owner: str) -> None:
+        self._queue(rnd, key, rel_dir, dev, value, owner)
+
+    def forget(self, rel_dir: str, keys: Iterable[CgroupFile], disks: Iterable[DevNo]) -> None:
+        self._forget_files(rel_dir, tuple(keys), disks)
+
+    def note(self, rnd: _Round, text: str) -> None:
+        rnd.notes.append(text)
+
+    def directory(self, rel_dir: str) -> str:
+        return BLKIO_WRITE_BPS.directory(self.options.layout, rel_dir)
 
     # ------------------------------------------------------------------------------------------ besteffort
 
@@ -304,6 +325,7 @@ class BlkIOReconcile:
             self._forget_files(be_dir, (*(k for k, _ in THROTTLES), WEIGHT))
             self._queue_removals(rnd, be_dir, removed, weight_ok, f"{NAME}: switched off, reset disk {{disk}}")
             be_removed = [number(d) for d in removed]
+        self._pods.reset(self, rnd)
         root_removed = sorted(self._root_applied)
         if root_removed and COST_QOS.supported(self.options.layout, ""):
             self._forget_files("", (COST_QOS,))
@@ -336,7 +358,8 @@ class BlkIOReconcile:
                              "root_in_force": [number(d) for d in sorted(self._root_applied)]}, at=now)
 
     def _reconciled(self, rnd: _Round, be_dir: str, limits: dict[Any, DeviceLimits], be_removed: list[str],
-                costs: dict[Any, RootCost], root_removed: list[str], results: list[Result]) -> Decision:
+                costs: dict[Any, RootCost], root_removed: list[str], results: list[Result],
+                pod_report: dict[str, Any] | None = None) -> Decision:
         counts = helpers.write_outcomes(results)
         be = {lim.device.number: lim.numbers() for lim in sorted(limits.values(), key=lambda x: x.device)}
         root = {c.device.number: c.qos for c in sorted(costs.values(), key=lambda x: x.device)}
@@ -349,11 +372,13 @@ class BlkIOReconcile:
             parts.append(f"root iocost on {', '.join(root)}")
         if root_removed:
             parts.append(f"root iocost off on {', '.join(root_removed)}")
+        if pod_report:
+            parts.append(f"{len(pod_report)} annotated pods")
         parts.append(f"{counts['writes']} writes{helpers.write_tail(counts)}")
         parts += rnd.notes
         numbers = {"be_dir": be_dir, "be": be, "be_removed": be_removed, "root": root, "root_removed": root_removed,
                    "updates": len(rnd.updates), **counts,
-                   "problems": helpers.write_problems(results), "notes": rnd.notes}
+                   "problems": helpers.write_problems(results), "notes": rnd.notes, "pods": pod_report or {}}
         return self._decide(Action.RECONCILE if counts["writes"] else Action.NONE, "blkio: " + "; ".join(parts),
                             numbers, at=rnd.now)
 

@@ -7,16 +7,20 @@ sharing one release account per measure:
   request x (upper% - satisfaction) of batch-cpu request, the smaller of the window's and the current
   figure.  Victims: BE pods, lowest spec.priority first, then the highest usage / request.  An evicted pod
   releases its batch-cpu request.
+  With ``cpuEvictPolicy: evictByAllocatable`` the BE limit in both figures is the Node's
+  ``kubernetes.io/batch-cpu`` allocatable instead (zero counts as 1m, as upstream; unknown: no eviction).
+* ``CPUAllocatableEvict``: the batch-cpu / mid-cpu requested by pods under ``allocatableEvictPriorityThreshold``
+  exceeds ``cpuAllocatableEvictThresholdPercent`` of the Node's allocatable: release down to
+  ``cpuAllocatableEvictLowerPercent`` (:mod:`koordlet.qosmanager.allocevict`).
 * ``CPUEvict``: the node's CPU usage averaged over the window is at least ``cpuEvictThresholdPercent``:
   release capacity x (usage% - lower%) (lower defaults to threshold - 2) of usage from pods labelled
   ``koordinator.sh/eviction-enabled=true`` with priority at most ``evictEnabledPriorityThreshold``,
   ordered by eviction-priority annotation, priority, ``koordinator.sh/priority`` label, then usage.
 
-Not implemented: the ``evictByAllocatable`` policy and ``CPUAllocatableEvict``, which need the node's
-batch-cpu allocatable from the Kubernetes Node (this koordlet has no Node object); both are skipped with
-that reason.  The cooldown (``cpu_evict_cool_time_seconds``, 20 s) also runs from start-up, as
-Koordinator's does (its lastEvictTime starts at New()): the averaging window fills before a first
-eviction."""
+The Node's allocatable comes from the companion alongside NodeSLO (``StatesInformer.kube_node()``); until it
+has sent one, both allocatable uses skip with that reason.  The cooldown (``cpu_evict_cool_time_seconds``,
+20 s) also runs from start-up, as Koordinator's does (its lastEvictTime starts at New()): the averaging window
+fills before a first eviction."""
 
 from __future__ import annotations
 
@@ -25,11 +29,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from koordlet.apis.extension import RESOURCE_BATCH_CPU
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.nodeslo.types import ResourceThresholdStrategy
 from koordlet.config import gates
 from koordlet.metriccache import names
-from koordlet.qosmanager import evictpick, helpers
+from koordlet.qosmanager import allocevict, evictpick, helpers
 from koordlet.qosmanager.evictpick import REQUEST, USED, Candidate, EvictionStrategy, MakeCandidate, Task
 from koordlet.qosmanager.framework import Action, Decision, Options
 from koordlet.qosmanager.plugins.cpuevict import calc
@@ -43,6 +48,8 @@ BE_REASON = "EvictPodByBECPUSatisfaction"
 USAGE_REASON = "EvictPodByNodeCPUUsage"
 """Named after Koordinator's memory counterpart; Koordinator itself reports ``evicted`` for CPUEvict."""
 BY_ALLOCATABLE = "evictByAllocatable"
+MIN_BATCH_ALLOCATABLE_MILLI = 1
+"""``defaultMinAllocatableBatchMilliCPU``: a zero batch-cpu allocatable counts as this."""
 
 
 @dataclass
@@ -70,6 +77,7 @@ class CPUEvict(EvictionStrategy):
     name = NAME
     be_gate = gates.BE_CPU_EVICT
     usage_gate = gates.CPU_EVICT
+    allocatable_gate = gates.CPU_ALLOCATABLE_EVICT
     off_summary = "CPU eviction disabled (evicted pods are not brought back)"
 
     def __init__(self, options: Options) -> None:
@@ -99,10 +107,14 @@ class CPUEvict(EvictionStrategy):
 
         def candidate(meta: PodMeta, priority: int) -> Candidate:
             return Candidate(meta, priority, {REQUEST: float(batch_request_milli(meta)),
-                                              USED: used().get(meta.uid, 0.0)})
+                                              USED: used().get(meta.uid, 0.0),
+                                              **allocevict.amounts(meta.pod, allocevict.CPU)})
 
+        # Koordinator's order: BECPUEvict, CPUAllocatableEvict, CPUEvict; releases add up across them.
         if self.gate(gates.BE_CPU_EVICT):
             self._plan_be(plan, threshold, window, pods, candidate)
+        if self.gate(gates.CPU_ALLOCATABLE_EVICT):
+            self._plan_allocatable(plan, threshold, pods, used, candidate)
         if self.gate(gates.CPU_EVICT):
             self._plan_usage(plan, threshold, window, capacity_milli, pods, used, candidate)
         if not plan.tasks:
@@ -122,10 +134,14 @@ class CPUEvict(EvictionStrategy):
             plan.skip("be_invalid_config", f"{gates.BE_CPU_EVICT}: invalid config: {error}")
             return
         assert lower is not None and upper is not None
+        allocatable: float | None = None
         if threshold.cpu_evict_policy == BY_ALLOCATABLE:
-            plan.skip("be_policy_unsupported", f"{gates.BE_CPU_EVICT}: no policy {BY_ALLOCATABLE}: it needs the "
-                      "node's batch-cpu allocatable, which this koordlet has no Kubernetes Node to read")
-            return
+            allocatable = self._be_allocatable_milli()
+            if allocatable is None:
+                plan.skip("be_no_batch_allocatable", f"{gates.BE_CPU_EVICT}: policy {BY_ALLOCATABLE} needs the "
+                          "Node's kubernetes.io/batch-cpu allocatable, which the companion has not sent")
+                return
+            plan.numbers["be_batch_allocatable_milli"] = allocatable
         interval = self.options.collector.res_used_interval_seconds
         cache = self.options.cache
         series = (names.BE_CPU_USAGE, names.BE_CPU_REQUEST, names.BE_CPU_LIMIT)
@@ -139,6 +155,8 @@ class CPUEvict(EvictionStrategy):
                       f"{gates.BE_CPU_EVICT}: not enough BE samples: {count} in the {window} s window")
             return
         usage, request, limit = (a.avg * 1000 if a is not None else 0.0 for a in aggregates)
+        if allocatable is not None:  # evictByAllocatable: satisfaction against what the Node offers BE
+            limit = allocatable
         rate = calc.satisfaction(request, limit)
         plan.numbers.update(be_usage_avg_milli=usage, be_request_avg_milli=request, be_limit_avg_milli=limit,
                             be_satisfaction_avg=rate)
@@ -158,6 +176,8 @@ class CPUEvict(EvictionStrategy):
                       f"{gates.BE_CPU_EVICT}: no current BE sample (is the beresource collector running?)")
             return
         now_usage, now_request, now_limit = (c[1] * 1000 if c is not None else 0.0 for c in current)
+        if allocatable is not None:
+            now_limit = allocatable
         plan.numbers.update(be_usage_milli=now_usage, be_request_milli=now_request, be_limit_milli=now_limit)
         refusal = calc.be_usage_refusal(now_usage, now_limit, threshold.cpu_evict_be_usage_threshold_percent)
         if refusal is not None:
@@ -175,11 +195,50 @@ class CPUEvict(EvictionStrategy):
         victims = evictpick.be_victims(pods, gates.BE_CPU_EVICT, candidate, plan.ignored)
         # Koordinator: lowest priority first, then the highest usage relative to request.
         victims.sort(key=lambda c: (c.priority, -_usage_ratio(c), c.key))
+        what = "batch-cpu allocatable" if allocatable is not None else "limit"
         head = (f"BE CPU satisfaction {_pct(rate)} <= {lower}% (BE uses {usage / limit:.0%} of its "
-                f"{limit / 1000:.2f}-core limit)")
+                f"{limit / 1000:.2f}-core {what})")
         plan.heads.append(head)
         plan.tasks.append(Task(gates.BE_CPU_EVICT, BE_REASON, REQUEST, release, victims,
                                f"{head}: releasing {release}m of batch-cpu request to reach {upper}%"))
+
+    def _be_allocatable_milli(self) -> float | None:
+        """``getBEMilliAllocatable``: the Node's batch-cpu allocatable in milli-cores, None when unknown; zero
+        (high-priority usage took everything) counts as 1m so the satisfaction is still computed."""
+        node = self.options.informer.kube_node()
+        value = node.allocatable_value(RESOURCE_BATCH_CPU) if node is not None else None
+        if value is None or value < 0:
+            return None
+        return float(value) if value > 0 else float(MIN_BATCH_ALLOCATABLE_MILLI)
+
+    # ---------------------------------------------------------------------------------------- CPUAllocatableEvict
+
+    def _plan_allocatable(self, plan: Plan, threshold: ResourceThresholdStrategy, pods: Sequence[PodMeta],
+                          pod_cpu: Callable[[], Mapping[str, float]], candidate: MakeCandidate) -> None:
+        gate = gates.CPU_ALLOCATABLE_EVICT
+        pct, lower = threshold.cpu_allocatable_evict_threshold_percent, threshold.cpu_allocatable_evict_lower_percent
+        limit = threshold.allocatable_evict_priority_threshold
+        error = allocevict.config_error(allocevict.CPU, pct, lower, limit)
+        if error is not None:
+            plan.skip("allocatable_invalid_config", f"{gate}: invalid config: {error}")
+            return
+        assert pct is not None and lower is not None and limit is not None
+        node = self.options.informer.kube_node()
+        if node is None:
+            plan.skip("allocatable_no_node", f"{gate}: the companion has not sent the Node's allocatable")
+            return
+        release = allocevict.release(allocevict.CPU, pods, node, pct, lower, limit)
+        plan.numbers.update(allocatable_requested=release.requested, allocatable=release.allocatable,
+                            allocatable_release=release.release, allocatable_threshold_percent=pct,
+                            allocatable_lower_percent=lower, allocatable_evict_priority_threshold=limit)
+        if not release.release:
+            shares = ", ".join(f"{r} {q / a:.0%}" for r, q in release.requested.items()
+                               if (a := release.allocatable.get(r))) or "nothing requested"
+            plan.notes.append(f"{gate}: requested of allocatable {shares}, not above {pct}%")
+            return
+        tasks = allocevict.tasks(allocevict.CPU, gate, release, pods, pod_cpu(), limit, candidate, plan.ignored)
+        plan.heads.extend(t.message.split(":")[0] for t in tasks)
+        plan.tasks.extend(tasks)
 
     # ---------------------------------------------------------------------------------------- CPUEvict
 
@@ -218,13 +277,13 @@ class CPUEvict(EvictionStrategy):
         numbers = plan.numbers
         numbers.update(
             pending_pods=evictpick.keys(outcome.pending), released_request_milli=outcome.released.get(REQUEST, 0.0),
-            released_used_milli=outcome.released.get(USED, 0.0), triggers=[t.feature for t in plan.tasks],
+            released_used_milli=outcome.released.get(USED, 0.0), released=dict(outcome.released),
+            triggers=[t.feature for t in plan.tasks],
             evicted=[{"pod": c.key, "request_milli": c.amounts[REQUEST], "used_milli": c.amounts[USED],
                       "priority": c.priority, "trigger": t.feature} for t, c in outcome.evicted],
             failed=[c.key for _, c in outcome.failed], ignored=plan.ignored, notes=plan.notes)
         head = "; ".join(plan.heads)
-        needs = ", ".join(f"{t.needed:.0f}m of {'batch-cpu request' if t.target == REQUEST else 'usage'}"
-                          for t in plan.tasks)
+        needs = ", ".join(f"{t.needed:.0f}m of {_measure_name(t.target)}" for t in plan.tasks)
         pending = f"{len(outcome.pending)} pending"
         failed = (f"; eviction failed for {', '.join(c.key for _, c in outcome.failed)}" if outcome.failed
                   else "")
@@ -247,6 +306,14 @@ class CPUEvict(EvictionStrategy):
 def batch_request_milli(meta: PodMeta) -> int:
     """The pod's batch-cpu request (Koordinator ``GetContainerBatchMilliCPURequest``, summed)."""
     return sum(max(c.requests.batch_cpu_milli or 0, 0) for c in meta.pod.containers)
+
+
+def _measure_name(target: str) -> str:
+    if target == REQUEST:
+        return "batch-cpu request"
+    if target == USED:
+        return "usage"
+    return f"{target.removeprefix('request:').removeprefix('kubernetes.io/')} request"
 
 
 def _usage_ratio(candidate: Candidate) -> float:

@@ -25,6 +25,7 @@ from koordlet.qosmanager import helpers
 from koordlet.qosmanager.framework import Action, Decider, Decision, Options
 from koordlet.qosmanager.plugins.cpusuppress import calc
 from koordlet.qosmanager.plugins.cpusuppress.cpuset_policy import Pools, choose, split_pools
+from koordlet.qosmanager.plugins.cpusuppress.hostapps import be_host_app_dirs, host_app_cpu
 from koordlet.qosmanager.plugins.cpusuppress.kubelet_policy import static_updates, without_pinned
 from koordlet.qosmanager.plugins.cpusuppress.targets import Targets, be_targets, non_be
 from koordlet.resourceexecutor import CgroupUpdate, Result
@@ -98,7 +99,8 @@ class CPUSuppress:
             self._bad_annotations = pools.bad_annotations
             if pools.bad_annotations:
                 log.warning("ignoring pods' bound CPUs", extra={"pods": list(pools.bad_annotations)})
-        targets = be_targets(helpers.be_qos_dir(self.options), pods)
+        targets = be_targets(helpers.be_qos_dir(self.options), pods,
+                             be_host_app_dirs(self.options, slo.host_applications))
         if targets.left_alone != self._left_alone:
             self._left_alone = targets.left_alone
             if targets.left_alone:
@@ -112,14 +114,17 @@ class CPUSuppress:
         if split is None:
             return self._decide(Action.SKIP, "no fresh node CPU sample (is the NodeResource collector running?)", {},
                                 reason="no_node_sample")
+        apps = host_app_cpu(self.options, slo.host_applications)
         suppress = calc.suppress_milli(
             node.cpu_count,
             threshold.cpu_suppress_threshold_percent if threshold.cpu_suppress_threshold_percent is not None
             else DEFAULT_THRESHOLD_PERCENT,
-            split.matched, split.system, informer.reservation().cpu_milli / 1000,
+            split.matched + apps.non_be, max(split.system - apps.total, 0.0), informer.reservation().cpu_milli / 1000,
             threshold.cpu_suppress_min_percent)
         self.options.metrics.be_suppress_ls_used_cores(split.matched)
         numbers = _suppress_numbers(suppress, split.node, pools)
+        if apps.by_app:
+            numbers.update(host_app_ls_used_cores=apps.non_be, host_app_used_cores=dict(apps.by_app))
         if not pools.allowed:
             return self._decide(Action.SKIP, "no CPU left for BE: every CPU is an LSE pod's or reserved", numbers,
                                 reason="no_cpu_for_be")
@@ -309,11 +314,12 @@ class CPUSuppress:
         nothing changed (the executor skips them as unchanged anyway, building them again is most of a
         steady round)."""
         dirs = self.be_dirs(helpers.be_qos_dir(self.options), cpus) if targets.besteffort else ()
-        if targets.workload_dirs:
-            # Workload trees are small and change under the workload's own control (a service making
-            # sub-cgroups): walked every round, never cached.
+        trees = (*targets.workload_dirs, *(targets.host_app_dirs if targets.besteffort else ()))
+        if trees:
+            # Workload and host-application trees are small and change under their own control (a service
+            # making sub-cgroups): walked every round, never cached.
             seen = set(dirs)
-            extra = [d for root in targets.workload_dirs for d in self._walk_tree(root) if d not in seen]
+            extra = [d for root in trees for d in self._walk_tree(root) if d not in seen]
             dirs = (*dirs, *dict.fromkeys(extra))
         pinned = self._kubelet.pinned_dirs
         key = (cpus, owner, wide, pinned)

@@ -10,6 +10,10 @@ A BE workload whose cgroup holds a non-BE pod (an LS workload configured below i
 left alone: its cpuset and quota would bind that pod too.  A BE workload below another target (one
 configured inside ``kubepods/besteffort``) is capped by the outer target's quota and gets no share of its
 own; its cgroups still get the BE cpuset.
+
+BE host applications under ``KubepodsBesteffort`` (NodeSLO ``hostApplications``) are suppressed with the BE
+pods, as upstream: the besteffort directory is their parent, so its quota caps them, and their trees get
+the BE cpuset.  On a standalone host such an application makes the besteffort directory a target.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ class Targets:
     """BE workload cgroups (nested ones included) whose whole tree gets the BE cpuset."""
     left_alone: tuple[str, ...] = ()
     """``<workload>: why`` for BE workloads not limited."""
+    host_app_dirs: tuple[str, ...] = ()
+    """BE host applications' cgroups below the besteffort directory, whose whole trees get the BE cpuset
+    (walked every round: the application makes and removes its own sub-cgroups)."""
 
     @property
     def only_besteffort(self) -> bool:
@@ -54,11 +61,13 @@ class Targets:
         return self.besteffort and not self.workload_dirs and not self.left_alone
 
 
-def be_targets(be_dir: str, pods: Sequence[PodMeta]) -> Targets:
-    """The targets for these pods; ``be_dir`` is the besteffort QoS directory below the kube parent."""
+def be_targets(be_dir: str, pods: Sequence[PodMeta], host_app_dirs: Sequence[str] = ()) -> Targets:
+    """The targets for these pods; ``be_dir`` is the besteffort QoS directory below the kube parent,
+    ``host_app_dirs`` the cgroups of the BE host applications suppressed with the BE pods."""
+    apps = tuple(d for d in host_app_dirs if within(d, be_dir) and d != be_dir)
     if not any(p.source in (WORKLOAD_SOURCE, DISCOVERED_SOURCE) for p in pods):
-        return Targets((be_dir,), True, ())
-    besteffort = any(p.source == DISCOVERED_SOURCE and within(p.cgroup_dir, be_dir) for p in pods)
+        return Targets((be_dir,), True, (), host_app_dirs=apps)
+    besteffort = bool(apps) or any(p.source == DISCOVERED_SOURCE and within(p.cgroup_dir, be_dir) for p in pods)
     guarded = [p for p in pods if non_be(p) and p.cgroup_dir]
     dirs: list[str] = []
     left_alone: list[str] = []
@@ -78,4 +87,4 @@ def be_targets(be_dir: str, pods: Sequence[PodMeta]) -> Targets:
     for rel in dirs:  # sorted by path: a parent comes before what is below it
         if not any(within(rel, root) for root in roots):
             roots.append(rel)
-    return Targets(tuple(roots), besteffort, tuple(dirs), tuple(left_alone))
+    return Targets(tuple(roots), besteffort, tuple(dirs), tuple(left_alone), apps)

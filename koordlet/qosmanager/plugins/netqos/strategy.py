@@ -25,9 +25,10 @@ from koordlet.config import gates
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.isolation.netqos import host
 from koordlet.isolation.netqos.plan import TOTAL_FIELD, ClassRates, class_rates, parse_total
-from koordlet.isolation.netqos.policy import GATES, POLICY_FIELD, policy_of
+from koordlet.isolation.netqos.policy import GATES, POLICY_FIELD, POLICY_TC, policy_of
 from koordlet.isolation.slo import qos_strategy
 from koordlet.qosmanager.framework import Action, Decider, Decision, Options
+from koordlet.qosmanager.plugins.netqos.pods import OwnBandwidth, own_limit, pod_bandwidths
 from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoS, NetQoSPlan
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ class NetQoSStrategy:
             total_source = f"link speed of {interface}"
         rates = class_rates(policy, {"ls": _network(strategy, "ls_class"), "be": _network(strategy, "be_class")},
                             total)
-        ips, conflicts = self._pod_ips()
+        ips, own, conflicts = self._pod_ips(policy == POLICY_TC)
         notes.extend(conflicts)
         plan = NetQoSPlan(
             interface=interface,
@@ -148,6 +149,7 @@ class NetQoSStrategy:
             system=_bandwidth(rates["system"], ips["system"]),
             ls=_bandwidth(rates["ls"], ips["ls"]),
             be=_bandwidth(rates["be"], ips["be"]),
+            pods=pod_bandwidths(own, total, notes),
         )
         numbers: dict[str, Any] = {
             "interface": interface, "interface_source": interface_source,
@@ -157,16 +159,22 @@ class NetQoSStrategy:
         }
         return plan, numbers
 
-    def _pod_ips(self) -> tuple[dict[str, list[str]], list[str]]:
-        """Addresses of running pods by class.  Two pods claiming one address (an IP reused before the
-        old pod's status caught up) keep it in the higher-priority class: throttling a latency-sensitive
-        pod as BE is the worse mistake."""
+    def _pod_ips(self, per_pod: bool) -> tuple[dict[str, list[str]], list[OwnBandwidth], list[str]]:
+        """Addresses of running pods by class, and (``per_pod``: the tc policy) the pods with a bandwidth of
+        their own, whose addresses stay out of the classes.  Two pods claiming one address (an IP reused
+        before the old pod's status caught up) keep it in the higher-priority class: throttling a
+        latency-sensitive pod as BE is the worse mistake."""
         owner: dict[str, tuple[str, str]] = {}
         notes: list[str] = []
+        own: list[OwnBandwidth] = []
         for meta in sorted(self.options.informer.pods(), key=lambda m: m.pod.key):
             pod = meta.pod
             cls = _CLASS_OF.get(meta.qos)
             if cls is None or pod.terminated:
+                continue
+            limit = own_limit(pod, notes) if per_pod else None
+            if limit is not None:
+                own.append(OwnBandwidth(pod, cls, limit))
                 continue
             for ip in pod.ips:
                 seen = owner.get(ip)
@@ -179,7 +187,7 @@ class NetQoSStrategy:
         ips: dict[str, list[str]] = {"system": [], "ls": [], "be": []}
         for ip, (cls, _) in owner.items():
             ips[cls].append(ip)
-        return ips, notes
+        return ips, own, notes
 
     def _backend(self, policy: str) -> NetQoS:
         backend = self._backends.get(policy)
@@ -230,4 +238,6 @@ def _summary(verb: str, plan: NetQoSPlan, policy: str, notes: list[str]) -> str:
         parts.append(f"{name.upper()} egress {_mbit(cls.egress_rate_bps)}/{_mbit(cls.egress_ceil_bps)} "
                      f"ingress {_mbit(cls.ingress_rate_bps)}/{_mbit(cls.ingress_ceil_bps)} "
                      f"({len(cls.source_ips)} IPs)")
+    if plan.pods:
+        parts.append(f"{len(plan.pods)} pods with their own bandwidth")
     return "; ".join(parts + notes)

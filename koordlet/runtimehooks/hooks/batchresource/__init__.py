@@ -18,6 +18,12 @@ resources:
   no batch-cpu limit, since that container alone may use any CPU;
 * ``memory.limit_in_bytes`` = the sum of their batch-memory limits; -1 (unlimited) as soon as one has none.
 
+CPU normalization (upstream ``GetCFSQuotaScaleRatio``): on a node whose annotation
+``node.koordinator.sh/cpu-normalization-ratio`` is above 1, a limited quota (pod or container) is divided by the
+ratio, rounded up: the batch-cpu the scheduler handed out is in normalized CPUs (the companion amplified the
+node's batch allocatable by the same ratio), the quota must be in this node's CPU time.  The reconciler runs
+this hook on running pods every round, so a ratio change reaches them without a restart.
+
 The batch resources come from the pod's container specs when they carry them (the reconciler's pods:
 kubelet's full spec), else from the pod annotation ``node.koordinator.sh/extended-resource-spec``
 (``{"containers": {"<name>": {"requests": {...}, "limits": {...}}}}``) that Koordinator's webhook writes,
@@ -31,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from koordlet.apis.cpunormalization import scale_quota
 from koordlet.apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, QoSClass
 from koordlet.apis.pod import Container, Pod, Resources, resources_from_json
 from koordlet.config import gates
@@ -142,20 +149,21 @@ def pod_values(batches: Mapping[str, Batch]) -> dict[str, int]:
     }
 
 
-def _run_pod(ctx: HookContext) -> None:
+def _run_pod(ctx: HookContext, ratio: float | None) -> None:
     batches = pod_batch_resources(ctx.request.pod)
     if not batches:
         return
     for name, value in pod_values(batches).items():
-        ctx.set(name, value)
+        ctx.set(name, scale_quota(value, ratio) if name == "cpu_quota" else value)
 
 
-def run(ctx: HookContext) -> None:
+def run(ctx: HookContext, ratio: float | None = None) -> None:
+    """``ratio``: the node's CPU normalization ratio (None: not normalized)."""
     request = ctx.request
     if request.qos is not QoSClass.BE:
         return
     if request.stage is Stage.PRE_RUN_POD_SANDBOX:
-        _run_pod(ctx)
+        _run_pod(ctx, ratio)
         return
     if request.container is None:
         return
@@ -164,14 +172,15 @@ def run(ctx: HookContext) -> None:
         return
     requests, limits = found
     ctx.set("cpu_shares", shares(requests.batch_cpu_milli))
-    ctx.set("cpu_quota", quota(limits.batch_cpu_milli))
+    ctx.set("cpu_quota", scale_quota(quota(limits.batch_cpu_milli), ratio))
     if limits.batch_memory_bytes:
         ctx.set("memory_limit", limits.batch_memory_bytes)
 
 
 def new(deps: HookDeps) -> Hook:
+    normalization = deps.cpu_normalization_ratio
     return Hook(NAME, "BE pod and container cpu.shares, cfs quota and memory limit from batch resources", STAGES,
-                run)
+                lambda ctx: run(ctx, normalization()))
 
 
 PLUGIN: Plugin[HookDeps, Hook] = Plugin(NAME, new, gate=gates.BATCH_RESOURCE)

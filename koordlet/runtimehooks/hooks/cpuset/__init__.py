@@ -15,6 +15,9 @@
    ``""`` rather than skipping so a kubelet static-policy cpuset in the CRI request is cleared;
 5. anything else: left alone.
 
+For each NodeSLO host application of class LS the reconciler writes every shared pool, joined with ``,``, to
+the application's cgroup (upstream ``SetHostAppCPUSet``).
+
 The shared pools come from the node annotation ``node.koordinator.sh/cpu-shared-pools``
 (``[{"socket": 0, "node": 0, "cpuset": "0-7"}, ...]``).  A :class:`HookRequest` carries no node, so the
 hook is a :class:`CpusetHook` built with a ``shared_pools`` source: a callable returning that
@@ -37,8 +40,9 @@ from koordlet.config import gates
 from koordlet.errors import KoordletError
 from koordlet.plugins import Plugin
 from koordlet.runtimehooks.deps import HookDeps
-from koordlet.runtimehooks.framework import Hook, HookContext, Stage, load_json
+from koordlet.runtimehooks.framework import Hook, HookContext, HostAppContext, Stage, load_json
 from koordlet.system.kubepaths import KubeQoS
+from koordlet.system.resources import CPUSET_CPUS
 from koordlet.system.validators import parse_cpulist
 
 NAME = "cpuset"
@@ -102,7 +106,11 @@ def resource_status(pod: Pod) -> ResourceStatus:
 
 def shared_pools(raw: str, pod: Pod) -> list[SharedPool]:
     """The node's ``cpu-shared-pools`` annotation; errors name the pod being handled and the annotation."""
-    where = f"pod {pod.key}: node annotation {ANNOTATION_NODE_CPU_SHARED_POOLS}"
+    return parse_shared_pools(raw, f"pod {pod.key}: node annotation {ANNOTATION_NODE_CPU_SHARED_POOLS}")
+
+
+def parse_shared_pools(raw: str, where: str) -> list[SharedPool]:
+    """The ``cpu-shared-pools`` annotation; errors start with ``where``."""
     value = load_json(raw, where)
     if not isinstance(value, list):
         raise KoordletError(f"{where}: expected a JSON list")
@@ -147,6 +155,20 @@ class CpusetHook:
             return "", False
         return None, False
 
+    def host_app(self, ctx: HostAppContext) -> None:
+        """An LS host application's cgroup gets every shared pool, joined with ``,`` (upstream
+        ``getHostAppCpuset``, which supports LS only: other classes are left alone, and so is every class
+        while the pools are unknown)."""
+        if ctx.qos is not QoSClass.LS:
+            return
+        raw = self._source() if self._source is not None else None
+        if raw is None:
+            return
+        where = f"host application {ctx.name}: node annotation {ANNOTATION_NODE_CPU_SHARED_POOLS}"
+        value = ",".join(p.cpuset for p in parse_shared_pools(raw, where))
+        if value:  # upstream sets a host application's cpuset only when it is not empty
+            ctx.write(CPUSET_CPUS, value)
+
     def run(self, ctx: HookContext) -> None:
         if ctx.request.container is None:
             if resource_status(ctx.request.pod).cpuset:
@@ -164,7 +186,7 @@ def new(deps: HookDeps) -> Hook:
     """The hook reading the node's shared pools from ``deps.shared_pools``."""
     hook = CpusetHook(deps.shared_pools)
     return Hook(NAME, "container cpuset.cpus from the pod's CPU binding, the shared pools, \"\" for BE",
-                STAGES, hook.run)
+                STAGES, hook.run, host_app_fn=hook.host_app)
 
 
 PLUGIN: Plugin[HookDeps, Hook] = Plugin(NAME, new, gate=gates.CPU_SET_ALLOCATOR)

@@ -22,8 +22,15 @@ never changed): its ``groupIdentity`` when set, and 0 when ``enable`` is not tru
 ``{"groupIdentity": 1}`` gives 0, exactly as upstream.  A malformed annotation is an error for any pod
 (upstream returns the parse error before looking at the class), naming the pod and the annotation.
 
-Only the pod level is written: a container cgroup inherits the group identity of its pod (upstream
-writes container dirs only from its reconciler, to reset them when the feature is switched off).
+A container cgroup inherits the group identity of its pod and is not written (upstream writes container
+dirs only from its reconciler, to reset them when the feature is switched off).
+
+Kube-QoS directories (upstream ``SetKubeQOSBvtValue``, the reconciler's ``KubeQOSLevel``, and
+``ruleUpdateCb``), every reconciler round through :mod:`.kubeqos`: ``burstable`` gets the LS value,
+``besteffort`` the BE value and ``kubepods`` itself 0 ("guaranteed root dir must set as 0 until kernel
+supported").  With the rule enabled, the sysctl ``kernel.sched_group_identity_enabled`` is set to 1 where the
+kernel has it (Anolis >= 26.4 switches bvt off by default; upstream ``initSysctl``), through the sysctl
+executor; switching the rule off leaves it on, as upstream does, and writes the 0s.
 
 Host support: ``cpu.bvt_warp_ns`` exists only on Anolis kernels (probe ``cpu_bvt_warp_ns``).  Elsewhere
 (this project's test host) the nearest thing the kernel offers is ``cpu.idle`` (>= 5.15, probe
@@ -71,6 +78,9 @@ class BvtRule:
     """The CPU QoS policy is groupIdentity (or unset)."""
     by_qos: Mapping[QoSClass, int]
     by_kube_qos: Mapping[KubeQoS, int]
+    """Pods without a class label, by their kube QoS."""
+    by_kube_qos_dir: Mapping[KubeQoS, int]
+    """The kube-QoS directories themselves (upstream ``kubeQOSDirParams``)."""
 
     def pod_value(self, qos: QoSClass, kube_qos: KubeQoS | None) -> int:
         if qos in self.by_qos:
@@ -112,6 +122,7 @@ def rule_of(slo: NodeSLOSpec) -> BvtRule:
         group_identity=group_identity,
         by_qos={QoSClass.LSE: lsr, QoSClass.LSR: lsr, QoSClass.LS: ls, QoSClass.BE: be},
         by_kube_qos={KubeQoS.GUARANTEED: guaranteed, KubeQoS.BURSTABLE: ls, KubeQoS.BESTEFFORT: be},
+        by_kube_qos_dir={KubeQoS.GUARANTEED: NONE_BVT, KubeQoS.BURSTABLE: ls, KubeQoS.BESTEFFORT: be},
     )
 
 
@@ -169,8 +180,10 @@ def run(deps: HookDeps, ctx: HookContext) -> None:
 
 
 def new(deps: HookDeps) -> Hook:
+    from koordlet.runtimehooks.hooks.groupidentity import kubeqos
+
     return Hook(NAME, "pod cpu.bvt_warp_ns by QoS class (cpu.idle=1 for BE where bvt is missing)", STAGES,
-                functools.partial(run, deps))
+                functools.partial(run, deps), node_fn=functools.partial(kubeqos.run, deps))
 
 
 # No registration gate: the hook checks its gate itself, per request, with the NodeSLO policy and the host

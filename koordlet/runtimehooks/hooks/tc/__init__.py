@@ -10,8 +10,11 @@ and the class is chosen as the ``netqos`` strategy chooses the ipset a pod's add
 classifications agree: the ``koordinator.sh/qosClass`` label, else the kube QoS (from the cgroup parent
 when the runtime gives none).  Upstream reads the label only.
 
-Upstream's per-pod bandwidth (annotation ``koordinator.sh/networkQOS`` with limits -> a class of the
-pod's own under a random handle) has no counterpart in our backend; such pods get their class's id.
+A pod with a bandwidth of its own (annotation ``koordinator.sh/networkQOS`` with an ingress or egress limit,
+:mod:`koordlet.isolation.netqos.podlimit`) gets the id of its own class ``1:<minor>``, the minor derived
+from its UID as the netqos strategy derives it when it makes that class (upstream: the pod's handle from the
+rule's uid map).  A malformed annotation counts as none here, as in the strategy (which reports it), so
+both classify the pod with its class (upstream logs the parse error and goes on the same way).
 
 Runs at PreRunPodSandbox (upstream sets it from its pod reconciler only, "TODO register NRI") while the
 gate is on, the NodeSLO's ``resourceQOSStrategy.policies.netQOSPolicy`` is ``tc`` (the default) and the
@@ -24,6 +27,8 @@ import functools
 
 from koordlet.apis.extension import QoSClass
 from koordlet.config import gates
+from koordlet.errors import ConfigError
+from koordlet.isolation.netqos.podlimit import pod_minor, pod_net_limit
 from koordlet.isolation.netqos.policy import POLICY_TC, policy_of
 from koordlet.plugins import Plugin
 from koordlet.resourceexecutor.tc import CLASS_MINOR
@@ -52,8 +57,17 @@ def run(deps: HookDeps, ctx: HookContext) -> None:
     if slo is None or policy_of(slo) != POLICY_TC:
         return
     net_class = NET_CLASS.get(ctx.request.qos)
-    if net_class is not None:
-        ctx.write(NET_CLS_CLASSID, classid(net_class))
+    if net_class is None:
+        return
+    pod = ctx.request.pod
+    try:
+        limit = pod_net_limit(pod.key, pod.annotations)
+    except ConfigError:
+        limit = None
+    if limit is not None and limit.limited:
+        ctx.write(NET_CLS_CLASSID, ROOT_HANDLE | pod_minor(pod.uid))
+        return
+    ctx.write(NET_CLS_CLASSID, classid(net_class))
 
 
 def new(deps: HookDeps) -> Hook:

@@ -107,3 +107,27 @@ def test_bad_cgroup_parent_is_an_error_naming_the_pod() -> None:
 def test_containers_are_not_touched() -> None:
     for stage in (Stage.PRE_CREATE_CONTAINER, Stage.POST_START_CONTAINER, Stage.PRE_REMOVE_POD_SANDBOX):
         assert run(pod("BE"), stage=stage) == ({}, [])
+
+
+def annotated(annotation: str, uid: str = "u1") -> Pod:
+    return Pod(uid=uid, name="p", namespace="ns", labels={LABEL_QOS: "LS"},
+               annotations={"koordinator.sh/networkQOS": annotation}, kube_qos=None, phase="Pending", priority=None)
+
+
+def test_pod_with_own_bandwidth_gets_its_own_class() -> None:
+    from koordlet.isolation.netqos.podlimit import pod_minor
+
+    minor = pod_minor("u1")
+    assert 0x10 <= minor <= 0xFFFF and minor == pod_minor("u1")  # derived from the UID, stable
+    for text in ('{"egressLimit": "50M"}', '{"ingressLimit": "10M", "egressLimit": "0"}',
+                 '{"IngressLimit": "1k"}'):  # Go's encoding/json matches field names case-insensitively
+        assert run(annotated(text)) == ({"net_cls_classid": 0x10000 | minor}, []), text
+
+
+@pytest.mark.parametrize("text", [
+    '{"egressLimit": "0", "ingressLimit": "0"}',  # limits nothing: its class
+    "{}", "",
+    "not json", '{"egressLimit": 50}', '{"egressLimit": "-5M"}', "[1]",  # malformed: counted as none, like upstream
+])
+def test_pod_without_a_usable_limit_gets_its_class(text: str) -> None:
+    assert run(annotated(text)) == ({"net_cls_classid": 0x10003}, [])

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ompanion/v1/companion.proto\x12\x18koordinator.companion.v1\"f\n\x0f\x45victPodRequest\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\"\n\x10\x45victPodResponse\x12\x0e\n\x06result\x18\x01 \x01(\t\"Z\n\x17ReportNodeMetricRequest\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x13\n\x0bstatus_json\x18\x02 \x01(\x0c\x12\x17\n\x0fsent_at_unix_ms\x18\x03 \x01(\x03\"I\n\x18ReportNodeMetricResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x1b\n\x13\x63ollect_policy_json\x18\x02 \x01(\x0c\"X\n\x13WatchNodeSLORequest\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x17\n\x0flast_generation\x18\x02 \x01(\x03\x12\x15\n\rlast_instance\x18\x03 \x01(\t\"\x92\x01\n\rNodeSLOUpdate\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x11\n\tspec_json\x18\x02 \x01(\x0c\x12\x0e\n\x06origin\x18\x03 \x01(\t\x12\x1b\n\x13rendered_at_unix_ms\x18\x04 \x01(\x03\x12\x10\n\x08instance\x18\x05 \x01(\t\x12\x1b\n\x13\x63ollect_policy_json\x18\x06 \x01(\x0c\x32\xd9\x02\n\tCompanion\x12{\n\x10ReportNodeMetric\x12\x31.koordinator.companion.v1.ReportNodeMetricRequest\x1a\x32.koordinator.companion.v1.ReportNodeMetricResponse\"\x00\x12j\n\x0cWatchNodeSLO\x12-.koordinator.companion.v1.WatchNodeSLORequest\x1a\'.koordinator.companion.v1.NodeSLOUpdate\"\x00\x30\x01\x12\x63\n\x08\x45victPod\x12).koordinator.companion.v1.EvictPodRequest\x1a*.koordinator.companion.v1.EvictPodResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63ompanion/v1/companion.proto\x12\x18koordinator.companion.v1\"f\n\x0f\x45victPodRequest\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\"\n\x10\x45victPodResponse\x12\x0e\n\x06result\x18\x01 \x01(\t\"q\n\x17ReportNodeMetricRequest\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x13\n\x0bstatus_json\x18\x02 \x01(\x0c\x12\x17\n\x0fsent_at_unix_ms\x18\x03 \x01(\x03\x12\x15\n\rtopology_json\x18\x04 \x01(\x0c\"I\n\x18ReportNodeMetricResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x1b\n\x13\x63ollect_policy_json\x18\x02 \x01(\x0c\"\x86\x01\n\x13WatchNodeSLORequest\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x17\n\x0flast_generation\x18\x02 \x01(\x03\x12\x15\n\rlast_instance\x18\x03 \x01(\t\x12\x11\n\twant_node\x18\x04 \x01(\x08\x12\x19\n\x11last_node_version\x18\x05 \x01(\t\"\xbb\x01\n\rNodeSLOUpdate\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x11\n\tspec_json\x18\x02 \x01(\x0c\x12\x0e\n\x06origin\x18\x03 \x01(\t\x12\x1b\n\x13rendered_at_unix_ms\x18\x04 \x01(\x03\x12\x10\n\x08instance\x18\x05 \x01(\t\x12\x1b\n\x13\x63ollect_policy_json\x18\x06 \x01(\x0c\x12\x11\n\tnode_json\x18\x07 \x01(\x0c\x12\x14\n\x0cnode_version\x18\x08 \x01(\t2\xd9\x02\n\tCompanion\x12{\n\x10ReportNodeMetric\x12\x31.koordinator.companion.v1.ReportNodeMetricRequest\x1a\x32.koordinator.companion.v1.ReportNodeMetricResponse\"\x00\x12j\n\x0cWatchNodeSLO\x12-.koordinator.companion.v1.WatchNodeSLORequest\x1a\'.koordinator.companion.v1.NodeSLOUpdate\"\x00\x30\x01\x12\x63\n\x08\x45victPod\x12).koordinator.companion.v1.EvictPodRequest\x1a*.koordinator.companion.v1.EvictPodResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,13 +36,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EVICTPODRESPONSE']._serialized_start=162
   _globals['_EVICTPODRESPONSE']._serialized_end=196
   _globals['_REPORTNODEMETRICREQUEST']._serialized_start=198
-  _globals['_REPORTNODEMETRICREQUEST']._serialized_end=288
-  _globals['_REPORTNODEMETRICRESPONSE']._serialized_start=290
-  _globals['_REPORTNODEMETRICRESPONSE']._serialized_end=363
-  _globals['_WATCHNODESLOREQUEST']._serialized_start=365
-  _globals['_WATCHNODESLOREQUEST']._serialized_end=453
-  _globals['_NODESLOUPDATE']._serialized_start=456
-  _globals['_NODESLOUPDATE']._serialized_end=602
-  _globals['_COMPANION']._serialized_start=605
-  _globals['_COMPANION']._serialized_end=950
+  _globals['_REPORTNODEMETRICREQUEST']._serialized_end=311
+  _globals['_REPORTNODEMETRICRESPONSE']._serialized_start=313
+  _globals['_REPORTNODEMETRICRESPONSE']._serialized_end=386
+  _globals['_WATCHNODESLOREQUEST']._serialized_start=389
+  _globals['_WATCHNODESLOREQUEST']._serialized_end=523
+  _globals['_NODESLOUPDATE']._serialized_start=526
+  _globals['_NODESLOUPDATE']._serialized_end=713
+  _globals['_COMPANION']._serialized_start=716
+  _globals['_COMPANION']._serialized_end=1061
 # @@protoc_insertion_point(module_scope)

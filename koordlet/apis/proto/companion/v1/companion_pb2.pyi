@@ -25,14 +25,16 @@ class EvictPodResponse(_message.Message):
     def __init__(self, result: _Optional[str] = ...) -> None: ...
 
 class ReportNodeMetricRequest(_message.Message):
-    __slots__ = ("node_name", "status_json", "sent_at_unix_ms")
+    __slots__ = ("node_name", "status_json", "sent_at_unix_ms", "topology_json")
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_JSON_FIELD_NUMBER: _ClassVar[int]
     SENT_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_JSON_FIELD_NUMBER: _ClassVar[int]
     node_name: str
     status_json: bytes
     sent_at_unix_ms: int
-    def __init__(self, node_name: _Optional[str] = ..., status_json: _Optional[bytes] = ..., sent_at_unix_ms: _Optional[int] = ...) -> None: ...
+    topology_json: bytes
+    def __init__(self, node_name: _Optional[str] = ..., status_json: _Optional[bytes] = ..., sent_at_unix_ms: _Optional[int] = ..., topology_json: _Optional[bytes] = ...) -> None: ...
 
 class ReportNodeMetricResponse(_message.Message):
     __slots__ = ("accepted", "collect_policy_json")
@@ -43,27 +45,35 @@ class ReportNodeMetricResponse(_message.Message):
     def __init__(self, accepted: _Optional[bool] = ..., collect_policy_json: _Optional[bytes] = ...) -> None: ...
 
 class WatchNodeSLORequest(_message.Message):
-    __slots__ = ("node_name", "last_generation", "last_instance")
+    __slots__ = ("node_name", "last_generation", "last_instance", "want_node", "last_node_version")
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     LAST_GENERATION_FIELD_NUMBER: _ClassVar[int]
     LAST_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    WANT_NODE_FIELD_NUMBER: _ClassVar[int]
+    LAST_NODE_VERSION_FIELD_NUMBER: _ClassVar[int]
     node_name: str
     last_generation: int
     last_instance: str
-    def __init__(self, node_name: _Optional[str] = ..., last_generation: _Optional[int] = ..., last_instance: _Optional[str] = ...) -> None: ...
+    want_node: bool
+    last_node_version: str
+    def __init__(self, node_name: _Optional[str] = ..., last_generation: _Optional[int] = ..., last_instance: _Optional[str] = ..., want_node: _Optional[bool] = ..., last_node_version: _Optional[str] = ...) -> None: ...
 
 class NodeSLOUpdate(_message.Message):
-    __slots__ = ("generation", "spec_json", "origin", "rendered_at_unix_ms", "instance", "collect_policy_json")
+    __slots__ = ("generation", "spec_json", "origin", "rendered_at_unix_ms", "instance", "collect_policy_json", "node_json", "node_version")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     RENDERED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     COLLECT_POLICY_JSON_FIELD_NUMBER: _ClassVar[int]
+    NODE_JSON_FIELD_NUMBER: _ClassVar[int]
+    NODE_VERSION_FIELD_NUMBER: _ClassVar[int]
     generation: int
     spec_json: bytes
     origin: str
     rendered_at_unix_ms: int
     instance: str
     collect_policy_json: bytes
-    def __init__(self, generation: _Optional[int] = ..., spec_json: _Optional[bytes] = ..., origin: _Optional[str] = ..., rendered_at_unix_ms: _Optional[int] = ..., instance: _Optional[str] = ..., collect_policy_json: _Optional[bytes] = ...) -> None: ...
+    node_json: bytes
+    node_version: str
+    def __init__(self, generation: _Optional[int] = ..., spec_json: _Optional[bytes] = ..., origin: _Optional[str] = ..., rendered_at_unix_ms: _Optional[int] = ..., instance: _Optional[str] = ..., collect_policy_json: _Optional[bytes] = ..., node_json: _Optional[bytes] = ..., node_version: _Optional[str] = ...) -> None: ...
