@@ -118,3 +118,15 @@ def parsed(value: Any, where: str, parse: Callable[[str], T], error: type[Except
         return parse(value)
     except ValueError as exc:
         raise error(f"{where} {value!r}: {exc}" if quote else f"{where}: {exc}") from None
+
+
+_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def dumps_string(text: str) -> str:
+    """``text`` as encoding/json (Go 1.22 on) writes a string: the escapes Python writes too (``\\"``, ``\\\\``,
+    ``\\b``, ``\\f``, ``\\n``, ``\\r``, ``\\t``, other control characters as ``\\u00xx``), plus the HTML-safe
+    escapes of ``<``, ``>``, ``&`` and of U+2028/U+2029 that Go adds; a lone surrogate (which Go's decoder
+    never yields) is U+FFFD as Go would have decoded it."""
+    clean = "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+    return "".join(_GO_ESCAPES.get(ch, ch) for ch in json.dumps(clean, ensure_ascii=False))

@@ -76,7 +76,7 @@ class Pod:
     deletion_timestamp: str = ""
     """Set once the pod is being deleted (an eviction granted, a delete): kubelet is stopping it."""
     volumes: tuple[Volume, ...] = ()
-    """``spec.volumes`` (PVC and CSI ones by kind; H8, blkio ``podvolume``)."""
+    """``spec.volumes`` (PVC and CSI ones by kind, for blkio ``podvolume``)."""
 
     @property
     def qos(self) -> QoSClass:

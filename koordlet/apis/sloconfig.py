@@ -3,10 +3,11 @@ NodeSLO spec it yields for one node.
 
 Each ``data`` key holds a JSON document.  The strategy keys (``resource-threshold-config``, ``resource-qos-config``,
 ``cpu-burst-config``, ``system-config``) are ``{clusterStrategy, nodeStrategies[{name, nodeSelector, ...}]}``; the
-others (``colocation-config``, ``host-application-config``, ``cpu-normalization-config``) hold the cluster values at
-the top level next to ``nodeConfigs``.  For a node, the cluster values are laid over Koordinator's defaults and
-then the *first* node entry whose ``nodeSelector`` matches the node's labels is laid over that (set fields win;
-objects merge, lists replace).  A nil selector matches nothing, an empty one everything (``metav1.LabelSelector``).
+others (``colocation-config``, ``host-application-config``, ``cpu-normalization-config``,
+``resource-amplification-config``) hold the cluster values at the top level next to ``nodeConfigs``.  For a node,
+the cluster values are laid over Koordinator's defaults and then the *first* node entry whose ``nodeSelector``
+matches the node's labels is laid over that (set fields win; objects merge, lists replace).  A nil selector
+matches nothing, an empty one everything (``metav1.LabelSelector``).
 
 Keys are independent: a key that is not valid JSON, or that holds an invalid field, falls back to its defaults and
 its :class:`ConfigError` (naming the key and the field path) is returned, while every other key still applies.
@@ -43,6 +44,7 @@ from koordlet.apis.nodeslo.fields import (
     duration_list_field,
     enum_field,
     float_field,
+    float_map_field,
     int_field,
     list_field,
     map_field,
@@ -65,6 +67,8 @@ CPU_NORMALIZATION_CONFIG_KEY: Final = "cpu-normalization-config"
 RESOURCE_AMPLIFICATION_CONFIG_KEY: Final = "resource-amplification-config"
 
 CALCULATE_POLICIES: Final = ("usage", "request", "maxUsageRequest")
+MID_RECLAIM_MODES: Final = ("static",)
+"""Koordinator's ``MidReclaimMode`` values (unset: the prediction-based formula)."""
 MEMORY_COLLECT_POLICIES: Final = ("usageWithoutPageCache", "usageWithHotPageCache", "usageWithPageCache")
 SELECTOR_OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist")
 
@@ -181,6 +185,13 @@ class ColocationStrategy(JsonObject):
     """Cap of mid-memory as a share of allocatable (default 100)."""
     mid_unallocated_percent: int | None = int_field("midUnallocatedPercent", 0, 100)
     """Share of unallocated resources added to mid (default 0)."""
+    mid_reclaim_mode: str | None = enum_field("midReclaimMode", MID_RECLAIM_MODES)
+    """``static``: mid is a fixed share of the node's capacity (the two ``midStatic*`` keys) instead of the
+    prediction-based formula (unset, the default)."""
+    mid_static_cpu_reserved_percent: int | None = int_field("midStaticCPUReservedPercent", 0, 100)
+    """Share of node CPU capacity that is mid-cpu under ``midReclaimMode: static`` (default 0)."""
+    mid_static_memory_reserved_percent: int | None = int_field("midStaticMemoryReservedPercent", 0, 100)
+    """Share of node memory capacity that is mid-memory under ``midReclaimMode: static`` (default 0)."""
     batch_cpu_threshold_percent: int | None = int_field("batchCPUThresholdPercent", 0)
     """Optional cap of batch-cpu as a share of the node total."""
     batch_memory_threshold_percent: int | None = int_field("batchMemoryThresholdPercent", 0)
@@ -194,7 +205,7 @@ def default_colocation_strategy() -> ColocationStrategy:
         cpu_reclaim_threshold_percent=60, cpu_calculate_policy="usage", memory_reclaim_threshold_percent=65,
         memory_calculate_policy="usage", degrade_time_minutes=15, update_time_threshold_seconds=300,
         resource_diff_threshold=0.1, mid_cpu_threshold_percent=100, mid_memory_threshold_percent=100,
-        mid_unallocated_percent=0)
+        mid_unallocated_percent=0, mid_static_cpu_reserved_percent=0, mid_static_memory_reserved_percent=0)
 
 
 @dataclass(frozen=True)
@@ -229,6 +240,17 @@ class CPUNormalizationStrategy(JsonObject):
     """Ratio of models missing from ``ratioModel``."""
     ratio_model: Mapping[str, ModelRatioCfg] | None = map_field("ratioModel", ModelRatioCfg)
     """Ratios by CPU model name as BasicInfo reports it."""
+
+
+@dataclass(frozen=True)
+class ResourceAmplificationStrategy(JsonObject):
+    """``resource-amplification-config``."""
+
+    enable: bool | None = bool_field("enable")
+    """Whether the configured ratios apply (default false; the CPU normalization ratio applies regardless)."""
+    resource_amplification_ratio: Mapping[str, float] | None = float_map_field("resourceAmplificationRatio")
+    """Resource name -> how much more of it the scheduler may allocate than the node has.  A ratio below 1 is
+    accepted here and refused per node by the calculation, as upstream does."""
 
 
 # ------------------------------------------------------------------------------------------ rendering
@@ -333,6 +355,17 @@ def render_cpu_normalization(data: Mapping[str, Any], node_labels: Mapping[str, 
     return strategy, tuple(errors)
 
 
+def render_resource_amplification(data: Mapping[str, Any], node_labels: Mapping[str, str]
+                                  ) -> tuple[ResourceAmplificationStrategy, tuple[ConfigError, ...]]:
+    """The resource amplification strategy for a node (disabled by default)."""
+    errors: list[ConfigError] = []
+    default = ResourceAmplificationStrategy(enable=False)
+    strategy = _guarded(RESOURCE_AMPLIFICATION_CONFIG_KEY, errors, default, lambda: render_key(
+        data, RESOURCE_AMPLIFICATION_CONFIG_KEY, ResourceAmplificationStrategy, default, node_labels,
+        cluster_key=None, nodes_key="nodeConfigs"))
+    return strategy, tuple(errors)
+
+
 def key_errors(data: Mapping[str, Any]) -> dict[str, str]:
     """ConfigMap key -> why it is refused.  Validation does not depend on the node (every node entry is
     checked), so one render with no labels finds every bad key."""
@@ -343,7 +376,8 @@ def key_errors(data: Mapping[str, Any]) -> dict[str, str]:
     _, problems = render_nodeslo(data, {})
     _, colocation_problems = render_colocation(data, {})
     _, normalization_problems = render_cpu_normalization(data, {})
-    for problem in (*problems, *colocation_problems, *normalization_problems):
+    _, amplification_problems = render_resource_amplification(data, {})
+    for problem in (*problems, *colocation_problems, *normalization_problems, *amplification_problems):
         text = str(problem)
         found = next((k for k in data if text.startswith(k)), None)
         if found is not None:

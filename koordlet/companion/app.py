@@ -5,9 +5,13 @@ around the gRPC API the koordlets talk to; with Kubernetes, optionally the pod a
 
 Where the cluster state comes from:
 
-* Kubernetes (``api_client`` given): Nodes, Pods and the ``slo-controller-config`` ConfigMap are watched;
-  the elected leader writes NodeSLO and NodeMetric objects and the nodes' batch resources.  Every replica
-  serves koordlets and the extender from its own watches, so a standby answers at once when it takes over.
+* Kubernetes (``api_client`` given): Nodes, Pods, NodeMetrics and the ``slo-controller-config`` ConfigMap are
+  watched.  The elected leader writes NodeSLOs and the nodes' batch, mid and CPU normalization resources.  A
+  node's NodeMetric and NodeResourceTopology are written by the replica its koordlet reports to, leader or not,
+  while its reports there are fresh (:mod:`koordlet.companion.reports`): each koordlet holds one connection to
+  one replica, so that replica alone has the node's reports.  Every replica learns the other nodes' metrics from
+  the NodeMetric watch (upstream's koord-manager reads them the same way), so the leader's batch resources and
+  every replica's extender cover all nodes, and a standby answers at once when it takes over.
 * a ConfigMap file (``config_file``, no Kubernetes): nodes are the koordlets that connect; batch
   resources are computed and logged (there is no Node object to write them to).
 
@@ -27,7 +31,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
+from koordlet.apis.nodemetric import DEFAULT_REPORT_INTERVAL_SECONDS, NodeMetricCollectPolicy, NodeMetricStatus
 from koordlet.apis.pod import pod_from_json
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.apis.sloconfig import configmap_data_from_yaml
@@ -41,21 +45,14 @@ from koordlet.companion.auth import (
     KubeReviewAPI,
     TokenReviewAuthenticator,
 )
-from koordlet.companion.batchresource import (
-    BatchValues,
-    CPUMemory,
-    HostAppMetric,
-    NodeInput,
-    PodInput,
-    calculate,
-    needs_update,
-)
+from koordlet.companion.batchresource import BatchResult, CPUMemory, NodeInput, PodInput
 from koordlet.companion.colocation.cache import ClusterCache
 from koordlet.companion.colocation.webhook import WebhookOptions, WebhookService
-from koordlet.companion.cpunormalization import CPUNormalizer, amplify_batch_cpu, current_ratio, needs_write
 from koordlet.companion.descheduler.config import DeschedulerConfig
 from koordlet.companion.descheduler.runner import Descheduler
 from koordlet.companion.extender import LoadAwareArgs, LoadAwareExtender, NodeStore, make_server
+from koordlet.companion.midresource import MidResult
+from koordlet.companion.noderesources import NodeInputs, NodeResources
 from koordlet.companion.ratelimit import (
     DEFAULT_BURST,
     DEFAULT_NODE_BURST,
@@ -64,6 +61,7 @@ from koordlet.companion.ratelimit import (
     EvictionLimiter,
     RateLimit,
 )
+from koordlet.companion.reports import ReportedNodes
 from koordlet.companion.slocontroller import SLOController
 from koordlet.companion.topology import TopologyReports
 from koordlet.errors import ConfigError, KoordletError
@@ -123,9 +121,9 @@ class _NodeState:
     node: NodeInput | None = None
     pods: dict[str, PodInput] | None = None
     metric: NodeMetricStatus | None = None
+    """The node's latest metric: its own report to this replica, or a newer one from its NodeMetric object."""
     status_json: dict[str, Any] | None = None
-    written: BatchValues | None = None
-    written_at: float | None = None
+    """Its last own report as NodeMetric status (what this replica writes; never one read from the cluster)."""
     node_json: tuple[bytes, str] | None = None
     """The Node's facts sent to its koordlet (``node_json``, ``node_version``)."""
 
@@ -151,7 +149,8 @@ def node_input(obj: Mapping[str, Any]) -> NodeInput:
 
 class Companion:
     def __init__(self, options: CompanionOptions, api_client: Any = None, *,
-                 clock: Callable[[], float] = time.time, registry: CollectorRegistry = REGISTRY) -> None:
+                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
+                 registry: CollectorRegistry = REGISTRY) -> None:
         if api_client is None and not options.config_file:
             raise KoordletError("koord-companion needs Kubernetes (a kubeconfig or in-cluster) or --config-file")
         if api_client is None and (options.webhook is not None or options.descheduler is not None):
@@ -173,19 +172,18 @@ class Companion:
                                       evict=self._evict if api_client is not None else None,
                                       authenticator=authenticator, insecure=options.insecure,
                                       max_concurrent_rpcs=options.max_concurrent_rpcs)
-        self.topology_listeners: list[Callable[[str, dict[str, Any]], None]] = []
-        """Each receives every node's topology report (NodeTopologyReport), in order; none: reports are dropped."""
-        # --- node topology (issue 21): reports -> NodeResourceTopology, written by the leader on change ---
-        self.topology = TopologyReports(is_leader=lambda: self._leading)
-        self.topology_listeners.append(self.topology.on_topology)
-        # --- end node topology ---
-        # --- cpu normalization (issue 21): the ratio annotation from the reported CPU basic info ---
-        self.cpu_normalization = CPUNormalizer()
-        self.topology_listeners.append(self._on_cpu_basic_info)
-        self._annotation_writer: Any = None
-        self._batch_ratio: dict[str, str | None] = {}
-        """node -> the ratio the batch-cpu last written was amplified by."""
-        # --- end cpu normalization ---
+        self.resources = NodeResources(self.controller, self._node_inputs,
+                                       lambda node: self._queue(node, "batch"),
+                                       is_leader=lambda: self._leading, clock=clock)
+        """Batch and mid resources and the CPU normalization ratio of every node."""
+        self.reported = ReportedNodes(self._report_interval, monotonic)
+        """When each node last reported here: this replica writes its NodeMetric and NodeResourceTopology while
+        that is fresh."""
+        self.topology = TopologyReports(may_write=self.reported.fresh)
+        """Reports -> NodeResourceTopology, written on change by the replica receiving the node's reports."""
+        self.topology_listeners: list[Callable[[str, dict[str, Any]], None]] = [
+            self.topology.on_topology, self.resources.on_topology]
+        """Each receives every node's topology report (NodeTopologyReport), in order."""
         self._lock = threading.Lock()
         self._nodes: dict[str, _NodeState] = {}
         self._pod_nodes: dict[tuple[str, str], str] = {}
@@ -201,17 +199,8 @@ class Companion:
         self._elector: Any = None
         self._slo_writer: Any = None
         self._metric_writer: Any = None
-        self._batch_writer: Any = None
         self._leading = api_client is not None and not options.leader_elect
         self.controller.subscribe(self._slo_changed)
-        self.batch: dict[str, Any] = {}
-        """node -> the last batch calculation (for logs, koordctl and tests)."""
-        # --- mid-tier (issue 21) ---
-        self._mid_writer: Any = None
-        self.mid: dict[str, Any] = {}
-        """node -> the last mid calculation (MidResult)."""
-        self._mid_written: dict[str, tuple[Any, float]] = {}
-        # --- end mid-tier ---
         self.webhook: WebhookService | None = None
         """The admission webhook service."""
         self.cluster_cache: ClusterCache | None = None
@@ -261,6 +250,15 @@ class Companion:
             **({"aggregateDurationSeconds": aggregate} if aggregate is not None else {}),
             **({"reportIntervalSeconds": report} if report is not None else {})}})
 
+    def _report_interval(self, node: str) -> float:
+        policy = self._collect_policy(node)
+        return policy.report_interval_seconds if policy is not None else float(DEFAULT_REPORT_INTERVAL_SECONDS)
+
+    def _reported(self, node: str) -> None:
+        """A report of the node arrived here: this replica writes its objects (again)."""
+        if self.reported.seen(node):
+            self.topology.rewrite(node)  # another replica may have written its NRT meanwhile
+
     def _node_for_node(self, node: str) -> tuple[bytes, str] | None:
         state = self._nodes.get(node)  # a dict read, atomic: this runs on the API's event loop
         return state.node_json if state is not None else None
@@ -268,6 +266,7 @@ class Companion:
     def _on_topology(self, node: str, topology: dict[str, Any]) -> None:
         """Hands a report to every listener; one that refuses it (or fails) does not keep it from the others,
         nor the node's NodeMetric from being stored: the listener keeps its last good report."""
+        self._reported(node)  # before the listeners: the topology writer asks whether this replica writes it
         for listener in list(self.topology_listeners):
             try:
                 listener(node, topology)
@@ -278,14 +277,40 @@ class Companion:
 
     def _on_metric(self, node: str, status: NodeMetricStatus) -> None:
         """Called on the API's ingest pool: in-memory work only; writes are queued."""
-        self.store.update_node_metric(node, status)
-        with self._lock:
+        self._reported(node)
+        with self._lock:  # the store is updated under the lock too: a watched metric must not overtake it
+            self.store.update_node_metric(node, status)
             state = self._nodes.setdefault(node, _NodeState())
             state.metric = status
             state.status_json = status.to_json()
         if self._api is None and self.controller.spec_for(node) is None:
             self.controller.set_node(node, {})
         self._queue(node, "batch", "metric")
+
+    def on_cluster_metric(self, obj: Mapping[str, Any]) -> None:
+        """A NodeMetric object as the cluster holds it (the watch), mostly written by the replica its koordlet
+        reports to: feeds the batch/mid calculation and the extender.  Never written back, and never in place of a
+        newer report (``updateTime``) this replica holds; a status that does not decode is skipped."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        try:
+            status = NodeMetricStatus.from_json(obj.get("status"), "status")
+        except KoordletError as exc:
+            log.warning("NodeMetric status not decoded, the node's last good metric kept",
+                        extra={"node": name, "error": str(exc)})
+            return
+        if not name or status.update_time is None:
+            return  # created, its first status not written yet: nothing to learn
+        with self._lock:
+            state = self._nodes.setdefault(name, _NodeState())
+            known = state.metric.update_time if state.metric is not None else None
+            # The report times are the node's own clock, so they order its reports wherever they went: an object
+            # not newer is this replica's own write echoed, or older than its report; a newer one is the node's
+            # report to another replica (during a move, before this one's reports go stale).
+            if known is not None and known >= status.update_time:
+                return
+            state.metric = status
+            self.store.update_node_metric(name, status)
+        self._queue(name, "batch")
 
     def _slo_changed(self, nodes: list[str]) -> None:
         for node in nodes:
@@ -315,14 +340,12 @@ class Companion:
 
     def remove_node(self, name: str) -> None:
         self.store.remove_node(name)
-        for writer in (self._slo_writer, self._metric_writer, self._batch_writer):
+        self.reported.forget(name)
+        for writer in (self._slo_writer, self._metric_writer):
             if writer is not None:
-                writer.backoff.forget(name)
-        self.topology.forget(name)  # node topology
-        self.cpu_normalization.forget(name)  # cpu normalization
-        self._batch_ratio.pop(name, None)  # cpu normalization
-        if self._annotation_writer is not None:  # cpu normalization
-            self._annotation_writer.backoff.forget(name)
+                writer.forget(name)
+        self.resources.forget(name)
+        self.topology.forget(name)
         self.controller.remove_node(name)
         with self._lock:
             self._nodes.pop(name, None)
@@ -380,90 +403,20 @@ class Companion:
         return {kube.EvictionResult.EVICTED: "evicted", kube.EvictionResult.BLOCKED_BY_PDB: "blocked",
                 kube.EvictionResult.GONE: "gone"}[result]
 
-    # --- batch resources -------------------------------------------------------------------------------
+    # --- node resources --------------------------------------------------------------------------------
 
-    def compute_batch(self, node: str) -> Any | None:
+    def _node_inputs(self, node: str) -> NodeInputs | None:
         with self._lock:
             state = self._nodes.get(node)
             if state is None or state.node is None:
                 return None
-            node_in, pods, metric = state.node, list((state.pods or {}).values()), state.metric
-        strategy = self.controller.colocation_for(node)
-        # Host applications above batch priority count as system usage (upstream GetHostAppHPUsed) (H3).
-        apps = [HostAppMetric(a.name, CPUMemory.of(a.usage), a.priority)
-                for a in (metric.host_application_metric if metric is not None else ())]
-        result = calculate(node_in, pods, metric, strategy, self._clock(), host_apps=apps,
-                           cluster_enabled=self.controller.cluster_colocation_enabled())
-        self.batch[node] = result
-        return result
+            return NodeInputs(state.node, list((state.pods or {}).values()), state.metric)
 
-    # --- mid-tier resources (issue 21): written with the batch resources, from the same inputs -------------
+    def compute_batch(self, node: str) -> BatchResult | None:
+        return self.resources.compute_batch(node)
 
-    def compute_mid(self, node: str) -> Any | None:
-        from koordlet.companion import midresource
-        from koordlet.companion.batchresource import HostAppMetric
-
-        with self._lock:
-            state = self._nodes.get(node)
-            if state is None or state.node is None:
-                return None
-            node_in, pods, metric = state.node, list((state.pods or {}).values()), state.metric
-        apps = [HostAppMetric(a.name, CPUMemory.of(a.usage), a.priority)
-                for a in getattr(metric, "host_application_metric", None) or ()]
-        result = midresource.calculate(node_in, pods, metric, self.controller.colocation_for(node), self._clock(),
-                                       host_apps=apps, cluster_enabled=self.controller.cluster_colocation_enabled())
-        self.mid[node] = result
-        return result
-
-    def _write_mid(self, node: str) -> None:
-        from koordlet.companion import kube  # only with Kubernetes
-
-        result = self.compute_mid(node)
-        if result is None or not self._leading or self._mid_writer is None:
-            return
-        old = self._mid_written.get(node)
-        now = self._clock()
-        if old is None or needs_update(old[0], result.values, old[1], now, self.controller.colocation_for(node)):
-            applied = self._mid_writer.apply(node, result.mid_cpu_milli, result.mid_memory_bytes)
-            if applied is not kube.ApplyResult.DEFERRED:
-                self._mid_written[node] = (result.values, now)
-                log.info("node mid resources", extra={"node": node, "reason": result.reason})
-
-    # --- cpu normalization (issue 21): upstream noderesource plugin cpunormalization ----------------------
-
-    def _on_cpu_basic_info(self, node: str, topology: dict[str, Any]) -> None:
-        """A topology report's CPU basic info (raises ValueError on garbage: the last good info stays)."""
-        if self.cpu_normalization.on_topology(node, topology):
-            self._queue(node, "batch")  # the ratio, and the batch-cpu amplified by it
-
-    def cpu_normalization_ratio(self, node: str) -> str | None:
-        """The ratio this replica last decided for the node (the annotation value), None when none."""
-        return self.cpu_normalization.ratio(node)
-
-    def _write_cpu_normalization(self, node: str) -> str | None:
-        """Decides the node's ratio, patches the annotation when the leader sees it differ from the Node's;
-        returns the ratio the batch-cpu is amplified by."""
-        from koordlet.apis.cpunormalization import ANNOTATION_CPU_NORMALIZATION_RATIO
-        from koordlet.companion import kube  # only with Kubernetes
-
-        with self._lock:
-            state = self._nodes.get(node)
-            node_in = state.node if state is not None else None
-        if node_in is None:
-            return None
-        if not self.controller.configured:  # upstream: no ratio while the config is not available
-            return current_ratio(node_in.annotations)
-        decision = self.cpu_normalization.decide(node, self.controller.cpu_normalization_for(node), node_in.labels,
-                                                 may_fetch=self._leading)
-        if decision.ratio is None:  # nothing decided: the node keeps its ratio, the batch-cpu follows it
-            return current_ratio(node_in.annotations)
-        if not self._leading or self._annotation_writer is None:
-            return decision.ratio
-        if needs_write(node_in.annotations, decision.ratio):
-            applied = self._annotation_writer.apply(node, {ANNOTATION_CPU_NORMALIZATION_RATIO: decision.ratio})
-            if applied is not kube.ApplyResult.DEFERRED:
-                log.info("node cpu normalization ratio", extra={"node": node, "ratio": decision.ratio})
-        return decision.ratio
+    def compute_mid(self, node: str) -> MidResult | None:
+        return self.resources.compute_mid(node)
 
     # --- the writer ------------------------------------------------------------------------------------
 
@@ -492,38 +445,12 @@ class Companion:
                     self._wake.set()
 
     def _write(self, node: str, kinds: set[str]) -> None:
-        from koordlet.companion import kube  # only with Kubernetes
-
         if "batch" in kinds:
-            ratio = self._write_cpu_normalization(node)  # cpu normalization (issue 21)
-            result = self.compute_batch(node)
-            if result is not None and self._leading:
-                with self._lock:
-                    state = self._nodes[node]
-                    old, at = state.written, state.written_at
-                now = self._clock()
-                if (old is None or needs_update(old, result, at, now, self.controller.colocation_for(node))
-                        or self._batch_ratio.get(node) != ratio):  # cpu normalization: a new ratio rewrites
-                    # A node whose patch kube-apiserver refuses for good backs off alone (DEFERRED) and is
-                    # queued again when its pause ends; the other nodes' writes go on.
-                    applied = self._batch_writer.apply(node, amplify_batch_cpu(result.batch_cpu_milli, ratio),
-                                                       result.batch_memory_bytes)
-                    if applied is not kube.ApplyResult.DEFERRED:
-                        with self._lock:
-                            state.written, state.written_at = result.values, now
-                        self._batch_ratio[node] = ratio  # cpu normalization
-                        log.info("node batch resources", extra={"node": node, "reason": result.reason})
-            elif result is not None and self._api is None:
-                log.info("node batch resources not written: no Kubernetes",
-                         extra={"node": node, "batch_cpu_milli": result.batch_cpu_milli,
-                                "batch_memory_bytes": result.batch_memory_bytes})
-        if "batch" in kinds:  # mid-tier (issue 21)
-            self._write_mid(node)
-        if not self._leading:
-            return
-        if "slo" in kinds and (rendered := self.controller.spec_for(node)) is not None:
+            self.resources.write(node)  # written by the leader only
+        if "slo" in kinds and self._leading and (rendered := self.controller.spec_for(node)) is not None:
             self._slo_writer.apply(node, rendered.spec)
-        if "metric" in kinds:
+        # The node's NodeMetric: by the replica its koordlet reports to, leader or not, while that is so.
+        if "metric" in kinds and self._metric_writer is not None and self.reported.fresh(node):
             with self._lock:
                 status = self._nodes[node].status_json if node in self._nodes else None
             if status is not None:
@@ -534,15 +461,15 @@ class Companion:
 
     def _became_leader(self) -> None:
         self._leading = True
-        log.info("leading: writing NodeSLOs, NodeMetrics and batch resources",
+        log.info("leading: writing NodeSLOs and node resources",
                  extra={"descheduling": self.descheduler is not None})
+        # NodeMetrics and NodeResourceTopologies are not the leader's: their writer does not change with it.
         for node in self.controller.nodes:
-            self._queue(node, "slo", "batch", "metric")
-        self.topology.resync()  # node topology: each node's latest report checked against its object
+            self._queue(node, "slo", "batch")
 
     def _stopped_leading(self) -> None:
         self._leading = False
-        log.warning("no longer leading: writes stop, serving goes on")
+        log.warning("no longer leading: the leader's writes stop, serving goes on")
 
     def start(self) -> None:
         """Serves the API, the extender and the metrics and starts the controllers; on a failure (a port taken)
@@ -586,7 +513,6 @@ class Companion:
         from kubernetes import client
 
         from koordlet.companion import kube
-        from koordlet.companion.kube.nodeannotations import NodeAnnotationWriter, nrt_annotations  # cpu norm.
 
         def on_node(event: Any) -> None:
             if event.type == "DELETED":
@@ -597,6 +523,12 @@ class Companion:
         def on_pod(event: Any) -> None:
             self.set_pod(event.object, deleted=event.type == "DELETED")
 
+        def on_nodemetric(event: Any) -> None:
+            # A deleted NodeMetric needs nothing: the node's next report recreates it, and a node that is gone
+            # is dropped with its Node (the garbage collector deletes its NodeMetric).
+            if event.type != "DELETED":
+                self.on_cluster_metric(event.object)
+
         def on_configmap(obj: Mapping[str, Any] | None) -> None:
             rv = (obj or {}).get("metadata", {}).get("resourceVersion", "")
             self.set_configmap((obj or {}).get("data"), f"configmap@{rv}" if obj else "defaults (no configmap)")
@@ -606,18 +538,15 @@ class Companion:
         # A write refused for good backs off for its object only; when the pause ends the node is queued again.
         self._slo_writer = kube.NodeSLOWriter(self._api, on_retry=lambda node: self._queue(node, "slo"))
         self._metric_writer = kube.NodeMetricWriter(self._api, on_retry=lambda node: self._queue(node, "metric"))
-        self._batch_writer = kube.NodeBatchResourceWriter(self._api, on_retry=lambda node: self._queue(node, "batch"))
-        self._annotation_writer = NodeAnnotationWriter(  # cpu normalization (issue 21)
-            self._api, on_retry=lambda node: self._queue(node, "batch"))
-        self.cpu_normalization.fetch = lambda node: nrt_annotations(self._api, node)  # cpu normalization
-        self._mid_writer = kube.NodeMidResourceWriter(self._api, on_retry=lambda node: self._queue(node, "batch"))
+        self.resources.start(self._api)
         self._watchers = [
             kube.ConfigMapWatcher(self._api, on_configmap, namespace=self.options.config_namespace,
                                   name=self.options.config_name),
             kube.NodeWatcher(self._api, on_node),
             kube.ResourceWatcher(client.CoreV1Api(self._api).list_pod_for_all_namespaces, on_pod, name="pods"),
+            kube.NodeMetricWatcher(self._api, on_nodemetric),
         ]
-        self.topology.start(self._api)  # node topology: its writer thread (writes only while leading)
+        self.topology.start(self._api)  # its writer thread (writes the nodes reporting here)
         for watcher in self._watchers:
             watcher.start()
         if self.descheduler is not None:
@@ -668,10 +597,9 @@ class Companion:
             self._metrics.stop()
             self._metrics = None
         self.server.stop()
-        self.topology.stop()  # node topology
-        if self._annotation_writer is not None:  # cpu normalization
-            self._annotation_writer.backoff.close()
-        for writer in (self._slo_writer, self._metric_writer, self._batch_writer):
+        self.topology.stop()
+        self.resources.close()
+        for writer in (self._slo_writer, self._metric_writer):
             if writer is not None:
                 writer.backoff.close()  # pending retry timers
         for thread in self._threads:

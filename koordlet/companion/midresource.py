@@ -12,8 +12,14 @@ The companion's counterpart of Koordinator's slo-controller ``MidResource`` plug
     mid = max(min(prodReclaimable, nodeUnused), 0) + int(unallocated * midUnallocatedPercent / 100)
     mid = min(mid, int(capacity * mid{CPU,Memory}ThresholdPercent / 100))
 
+Under ``midReclaimMode: static`` (upstream ``CalculateMidResourceByStaticMode``) mid is a fixed share of the
+capacity instead::
+
+    mid = min(int(capacity * midStatic{CPU,Memory}ReservedPercent / 100),
+              int(capacity * mid{CPU,Memory}ThresholdPercent / 100))
+
 A stale or missing NodeMetric (``degradeTimeMinutes``) or colocation turned off removes both resources, as
-upstream's Reset does.  Koordinator's ``midReclaimMode: static`` is not in this project's colocation-config.
+upstream's Reset does (in either mode: upstream checks the NodeMetric before it looks at the mode).
 """
 
 from __future__ import annotations
@@ -77,6 +83,8 @@ def calculate(node: NodeInput, pods: Sequence[PodInput], metric: NodeMetricStatu
     if is_degrade_needed(metric, strategy, now):
         return MidResult(None, None, REASON_DEGRADED, degraded=True)
     assert metric is not None and metric.node_metric is not None
+    if strategy.mid_reclaim_mode == "static":
+        return _static(node.capacity, strategy)
 
     reclaimable = ZERO
     prm = metric.prod_reclaimable_metric
@@ -133,3 +141,17 @@ def calculate(node: NodeInput, pods: Sequence[PodInput], metric: NodeMetricStatu
     details = {"prod_reclaimable": reclaimable, "node_unused": unused, "unallocated": unallocated,
                "node_reserved": node_reserved, "system_used": system_used, "prod_allocated": prod_allocated}
     return MidResult(cpu, memory, reason, degraded=False, details=details, errors=tuple(errors))
+
+
+def _static(cap: CPUMemory, strategy: ColocationStrategy) -> MidResult:
+    cpu_reserved = _ratio(strategy, "mid_static_cpu_reserved_percent")
+    memory_reserved = _ratio(strategy, "mid_static_memory_reserved_percent")
+    cpu_ratio = _ratio(strategy, "mid_cpu_threshold_percent")
+    memory_ratio = _ratio(strategy, "mid_memory_threshold_percent")
+    cpu = min(int(float(cap.cpu_milli) * cpu_reserved), int(float(cap.cpu_milli) * cpu_ratio))
+    memory = min(int(float(cap.memory_bytes) * memory_reserved), int(float(cap.memory_bytes) * memory_ratio))
+    reason = (f"midAllocatable[CPU(milli-core)]:{cpu} = min(nodeCapacity:{cap.cpu_milli} * staticReservedPercent:"
+              f"{cpu_reserved}, nodeCapacity:{cap.cpu_milli} * thresholdRatio:{cpu_ratio}); "
+              f"midAllocatable[Memory(byte)]:{memory} = min(nodeCapacity:{cap.memory_bytes} * staticReservedPercent:"
+              f"{memory_reserved}, nodeCapacity:{cap.memory_bytes} * thresholdRatio:{memory_ratio})")
+    return MidResult(cpu, memory, reason, degraded=False, details={"mode": "static"})

@@ -24,14 +24,15 @@ from typing import Any
 from koordlet.apis.gojson import member
 from koordlet.apis.sloconfig import (
     COLOCATION_CONFIG_KEY,
-    RESOURCE_AMPLIFICATION_CONFIG_KEY,
     ColocationStrategy,
     CPUNormalizationStrategy,
+    ResourceAmplificationStrategy,
     default_colocation_strategy,
     keep_last_good,
     render_colocation,
     render_cpu_normalization,
     render_nodeslo,
+    render_resource_amplification,
 )
 
 log = logging.getLogger(__name__)
@@ -44,12 +45,6 @@ class RenderedSLO:
     """The NodeSLO spec as Koordinator JSON."""
     origin: str
 
-
-NOT_APPLIED_KEYS: tuple[str, ...] = (RESOURCE_AMPLIFICATION_CONFIG_KEY,)
-"""ConfigMap keys Koordinator reads and this companion does not apply.  ``resource-amplification-config``:
-upstream's ResourceAmplification plugin writes the Node annotation ``node.koordinator.sh/resource-amplification-
-ratio`` for the scheduler; nothing here writes it, so each ConfigMap version carrying the key gets one warning
-(and :attr:`SLOController.not_applied` lists it) instead of a silent ignore."""
 
 Listener = Callable[[list[str]], None]
 """Called with the names of the nodes whose spec changed (from the thread that made the change)."""
@@ -65,9 +60,6 @@ class SLOController:
         self._nodes: dict[str, dict[str, str]] = {}
         self._rendered: dict[str, RenderedSLO] = {}
         self._listeners: list[Listener] = []
-        self._not_applied: tuple[str, ...] = ()
-        self._warned: tuple[str, tuple[str, ...]] | None = None
-        """(origin, key=text...) last warned about: one warning per ConfigMap version, not one per resync."""
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -83,25 +75,10 @@ class SLOController:
             self._errors = errors
             self._origin = origin
             changed = self._render(self._nodes)
-            self._not_applied = tuple(key for key in NOT_APPLIED_KEYS if key in data)
-            # The text too: a file origin keeps its name across edits.
-            seen = (origin, tuple(f"{key}={data[key]}" for key in self._not_applied))
-            warn = bool(self._not_applied) and self._warned != seen
-            self._warned = seen
         for key, why in errors.items():
             log.warning("slo-controller-config key refused, last good kept", extra={"key": key, "error": why})
-        if warn:
-            for key in self._not_applied:
-                log.warning("slo-controller-config key is not implemented by this companion and is not applied",
-                            extra={"key": key, "origin": origin})
         self._notify(changed)
         return dict(errors)
-
-    @property
-    def not_applied(self) -> tuple[str, ...]:
-        """Keys of the current ConfigMap this companion reads past (:data:`NOT_APPLIED_KEYS`)."""
-        with self._lock:
-            return self._not_applied
 
     def set_node(self, name: str, labels: Mapping[str, str]) -> None:
         with self._lock:
@@ -144,6 +121,15 @@ class SLOController:
             labels = self._nodes.get(node, {})
             data = dict(self._good)
         strategy, _ = render_cpu_normalization(data, labels)
+        return strategy
+
+    def amplification_for(self, node: str) -> ResourceAmplificationStrategy:
+        """The node's resource amplification strategy from the last good ``resource-amplification-config``
+        (disabled without one)."""
+        with self._lock:
+            labels = self._nodes.get(node, {})
+            data = dict(self._good)
+        strategy, _ = render_resource_amplification(data, labels)
         return strategy
 
     def cluster_colocation_enabled(self) -> bool:

@@ -1,6 +1,7 @@
 """Node topology reports -> NodeResourceTopology objects (``topology.node.k8s.io/v1alpha1``), as Koordinator's
 koordlet writes them itself (``statesinformer/impl/states_noderesourcetopology.go``); here the koordlet reports
-and the elected companion leader writes, so nodes need no write access to kube-apiserver.
+and the companion replica receiving its reports writes, leader or not (:mod:`koordlet.companion.reports`), so
+nodes need no write access to kube-apiserver.
 
 A report (:mod:`koordlet.statesinformer.topology` builds it) is node input: every member is checked (types,
 bounds, CPU lists, zone names and quantities) and re-rendered here, so an object never carries text a node
@@ -277,12 +278,16 @@ def parse_report(report: Any) -> NodeTopology:
 
 
 class TopologyReports:
-    """The nodes' latest good reports and a writer thread that turns them into objects while this replica
-    leads; only a report that differs from what was last written for its node is written (upstream
-    ``isChanged``).  ``on_topology`` runs on the API's ingest pool: it checks and queues, never writes."""
+    """The nodes' latest good reports and a writer thread that turns them into objects; only a report that
+    differs from what was last written for its node is written (upstream ``isChanged``).  ``on_topology`` runs
+    on the API's ingest pool: it checks and queues, never writes.
 
-    def __init__(self, is_leader: Callable[[], bool]) -> None:
-        self._is_leader = is_leader
+    ``may_write(node)`` says whether this replica writes the node's object now: only the replica its koordlet
+    reports to does (one writer per node, whichever replica leads); a replica the koordlet left keeps the last
+    report, but neither a resync nor a retry writes it over the new replica's object."""
+
+    def __init__(self, may_write: Callable[[str], bool]) -> None:
+        self._may_write = may_write
         self._lock = threading.Lock()
         self._latest: dict[str, NodeTopology] = {}
         self._written: dict[str, NodeTopology] = {}
@@ -316,11 +321,17 @@ class TopologyReports:
         self._thread.start()
 
     def resync(self) -> None:
-        """This replica became the leader: every node's latest report is checked against its object again."""
+        """Every node's latest report is checked against its object again (those this replica may write)."""
         with self._lock:
             self._written.clear()
             self._pending.update(self._latest)
         self._wake.set()
+
+    def rewrite(self, node: str) -> None:
+        """The node reports here again after reporting elsewhere: its object may hold another replica's write,
+        so its next report is written even when it equals what this replica wrote last."""
+        with self._lock:
+            self._written.pop(node, None)
 
     def forget(self, node: str) -> None:
         """The node is gone (the garbage collector removes its object)."""
@@ -342,11 +353,15 @@ class TopologyReports:
             if not self._wake.wait(RESYNC_SECONDS):
                 self.resync()  # an object deleted or edited by hand comes back without a new report
             self._wake.clear()
-            if not self._is_leader():
-                continue  # kept pending: resync() wakes the loop when this replica leads
             with self._lock:
-                batch = sorted((n, self._latest[n]) for n in self._pending if n in self._latest)
+                pending = sorted((n, self._latest[n]) for n in self._pending if n in self._latest)
                 self._pending.clear()
+            batch = []
+            for node, topology in pending:
+                if self._may_write(node):
+                    batch.append((node, topology))
+                else:  # its koordlet reports elsewhere: that replica writes; a report back here rewrites
+                    self.rewrite(node)
             for node, topology in batch:
                 if self._stop.is_set():
                     return

@@ -158,6 +158,33 @@ class CollectorConfig:
 
 
 @dataclass(frozen=True)
+class PredictionFlags:
+    """Peak prediction (upstream ``prediction.Config`` and its ``--prediction-*`` flags, same defaults)."""
+
+    checkpoint_filepath: str = opt("", "directory of the prediction checkpoints (empty: "
+                                       "<stateDir>/prediction-checkpoints)", flag="--prediction-checkpoint-filepath")
+    cold_start_seconds: float = opt(24 * 3600.0, "a pod younger than this has no prediction (its request is its "
+                                                 "peak)", flag="--prediction-cold-start-duration", check=positive,
+                                    duration=True)
+    safety_margin_percent: int = opt(10, "headroom above the predicted peak", check=at_least(0),
+                                     flag="--prediction-safety-margin-percent")
+    memory_half_life_seconds: float = opt(24 * 3600.0, "memory histogram decay half-life",
+                                          flag="--prediction-memory-histogram-decay-halflife", check=positive,
+                                          duration=True)
+    cpu_half_life_seconds: float = opt(12 * 3600.0, "CPU histogram decay half-life",
+                                       flag="--prediction-cpu-histogram-decay-halflife", check=positive,
+                                       duration=True)
+    training_interval_seconds: float = opt(60.0, "period of the model update", check=positive, duration=True,
+                                           flag="--prediction-training-interval")
+    model_expiration_seconds: float = opt(30 * 60.0, "a model not updated for this long is dropped", check=positive,
+                                          flag="--prediction-model-expiration-duration", duration=True)
+    checkpoint_interval_seconds: float = opt(10 * 60.0, "interval between checkpoints of a model", check=positive,
+                                             flag="--prediction-model-checkpoint-interval", duration=True)
+    checkpoint_max_per_step: int = opt(12, "most models checkpointed per training round", check=positive,
+                                       flag="--prediction-model-checkpoint-max-per-step")
+
+
+@dataclass(frozen=True)
 class MetricCacheConfig:
     path: str = opt("", "SQLite file for history and KV (empty: <stateDir>/metrics.db)", flag="--tsdb-path")
     retention_seconds: float = opt(12 * 3600.0, "history kept on disk", flag="--tsdb-retention-duration",
@@ -375,7 +402,8 @@ class Config:
     log_format: str = opt("text", "text or json", flag="--log-format", check=one_of("text", "json"))
     log_level: str = opt("info", "debug, info, warning, error or critical", flag="--log-level",
                          check=one_of("debug", "info", "warning", "error", "critical"))
-    feature_gates: Mapping[str, bool] = opt({}, "Name=true|false overrides (AllAlpha, AllBeta too)",
+    feature_gates: Mapping[str, bool] = opt({}, "Name=true|false overrides (AllAlpha, AllBeta too); a gate this "
+                                            "project does not implement (koordctl status) refuses the start",
                                             flag="--feature-gates")
     host: HostConfig = field(default_factory=HostConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -384,6 +412,7 @@ class Config:
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     metric_cache: MetricCacheConfig = field(default_factory=MetricCacheConfig)
     node_metric: NodeMetricConfig = field(default_factory=NodeMetricConfig)
+    prediction: PredictionFlags = field(default_factory=PredictionFlags)
     qos: QoSManagerConfig = field(default_factory=QoSManagerConfig)
     runtime_hooks: RuntimeHooksConfig = field(default_factory=RuntimeHooksConfig)
     tenant: TenantConfig = field(default_factory=TenantConfig)

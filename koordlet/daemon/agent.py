@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from koordlet import native
+from koordlet import native, prediction
 from koordlet.apis.extension import QoSClass
 from koordlet.apis.nodemetric import MemoryCollectPolicy, NodeMetricCollectPolicy
 from koordlet.apis.nodeslo import HostApplicationSpec
@@ -54,7 +54,7 @@ from koordlet.runtimehooks.hooks import build_hooks
 from koordlet.runtimehooks.reconciler import HostAppTarget
 from koordlet.runtimehooks.tenant import TenantGate
 from koordlet.statesinformer import hostapps
-from koordlet.statesinformer.cpubasicinfo import NormalizationRatio
+from koordlet.statesinformer.cpubasicinfo import NormalizationRatio, read_cpu_basic_info
 from koordlet.statesinformer.informer import StatesInformer
 from koordlet.statesinformer.kubelet import KubeletClient, KubeletOptions
 from koordlet.statesinformer.kubeletconfig import KubeletConfigSync
@@ -62,15 +62,18 @@ from koordlet.statesinformer.nodemetric import LocalNodeMetricSink, NodeMetricRu
 from koordlet.statesinformer.nodeslo import FileNodeSLOSource, NodeSLOHolder
 from koordlet.statesinformer.pleg import Pleg
 from koordlet.statesinformer.podsource import KubeletPodSource
+from koordlet.statesinformer.topology import HostTopology, TopologySource
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver, DriverGuess, KubeQoS, detect_driver, qos_dir, under_parent
 from koordlet.system.layout import CgroupLayout, detect_layout
-from koordlet.system.node import NodeInfo
+from koordlet.system.node import NodeInfo, read_node_info
+from koordlet.system.numamemory import read_numa_memory
 from koordlet.system.probes import ProbeResult
 from koordlet.version import __version__
 
 if TYPE_CHECKING:
-    from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
+    from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink
+    from koordlet.statesinformer.companionslo import CompanionNodeSLOSource
 
 log = logging.getLogger("koordlet")
 PODS_PATH = "/pods/"
@@ -96,7 +99,7 @@ def cache_settings(config: Config, state_dir: Path) -> CacheSettings:
                  **dict.fromkeys(names.VOLATILE_SERIES, mc.volatile_window_seconds)},
         intervals={names.POD_MEMORY_USAGE: collector.memory_interval_seconds,
                    names.CONTAINER_MEMORY_USAGE: collector.memory_interval_seconds,
-                   names.POD_MEMORY_WITH_PAGE_CACHE: collector.memory_interval_seconds,  # usageWithPageCache (H1)
+                   names.POD_MEMORY_WITH_PAGE_CACHE: collector.memory_interval_seconds,  # usageWithPageCache
                    names.CONTAINER_MEMORY_WITH_PAGE_CACHE: collector.memory_interval_seconds,
                    names.NODE_PSI: collector.psi_interval_seconds, names.POD_PSI: collector.psi_interval_seconds,
                    names.CONTAINER_PSI: collector.psi_interval_seconds,
@@ -159,28 +162,29 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
     informer = StatesInformer(config, layout, driver.driver, node,
                               pleg_factory=lambda dirs, on_event: Pleg(dirs, on_event))
     collector = config.collector
-    metrics = KoordletMetrics(
-        node_name=config.node_name, cache=cache, pods=informer,
-        max_ages=MaxAges.from_intervals(collector.res_used_interval_seconds, collector.psi_interval_seconds,
-                                        collector.cpi_interval_seconds + collector.cpi_time_window_seconds),
-    )
-    metrics.lifecycle.record_start(time.time())
-    # --- host applications (issue 21, H3): NodeSLO hostApplications for their collector and NodeMetric, read
-    # from the holder build_qos makes further down (empty until then), and the memory policy in force ---
+    # The NodeSLO's host applications (for their collector, metrics and NodeMetric) come from the holder build_qos
+    # makes further down (none until then); the memory policy in force from the NodeMetric runner.
     slo_holders: list[NodeSLOHolder] = []
     reporters: list[NodeMetricRunner] = []
 
     def host_apps() -> Sequence[HostApplicationSpec]:
         return (slo_holders[0].current().spec.host_applications or ()) if slo_holders else ()
 
+    metrics = KoordletMetrics(
+        node_name=config.node_name, cache=cache, pods=informer, host_apps=host_apps,
+        max_ages=MaxAges.from_intervals(collector.res_used_interval_seconds, collector.psi_interval_seconds,
+                                        collector.cpi_interval_seconds + collector.cpi_time_window_seconds),
+    )
+    metrics.lifecycle.record_start(time.time())
+
     def memory_with_page_cache() -> bool:
         return bool(reporters) and (reporters[0].policy.node_memory_collect_policy
                                     is MemoryCollectPolicy.WITH_PAGE_CACHE)
-    # --- end host applications ---
+
     options = Options(paths=paths, layout=layout, driver=driver.driver, cache=cache, informer=informer,
                       config=collector, gates=effective_gates, clock=time.time,
                       kube_parent=config.host.cgroup_kube_parent,
-                      host_apps=host_apps, memory_with_page_cache=memory_with_page_cache)  # host applications (H3)
+                      host_apps=host_apps, memory_with_page_cache=memory_with_page_cache)
     advisor = MetricsAdvisor(options, build_collectors())
     policy = NodeMetricCollectPolicy(aggregate_duration_seconds=config.node_metric.aggregate_duration_seconds,
                                      report_interval_seconds=config.node_metric.report_interval_seconds)
@@ -197,21 +201,21 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
         cache, informer, sinks, policy,
         recorder=metrics.node_metric if gates.enabled(effective_gates, gates.NODE_METRIC_PROM_METRICS) else None,
     )
-    reporter.host_apps = host_apps  # host applications (H3)
+    reporter.host_apps = host_apps
     reporters.append(reporter)
     if companion_sink is not None:
         companion_sink.on_policy = reporter.set_policy  # the companion's colocation-config decides the policy
     server = MetricsServer(metrics.routes, config.server.addr)
     writers = build_writers(config, state_dir, layout, metrics)
     qos = build_qos(config, layout, driver, informer, cache, metrics, effective_gates, writers, companion=client)
-    slo_holders.append(qos.holder)  # host applications (H3)
+    slo_holders.append(qos.holder)
     hooks = build_runtime_hooks(config, layout, informer, qos.holder, writers, metrics, effective_gates,
                                 probes or {}, driver=driver.driver)
     executor = writers.executor
     slo_source: CompanionNodeSLOSource | None = None
     if client is not None:
         cache_path = config.companion.nodeslo_cache or str(state_dir / "nodeslo-companion.json")
-        from koordlet.statesinformer.companion import CompanionNodeSLOSource
+        from koordlet.statesinformer.companionslo import CompanionNodeSLOSource
 
         slo_source = CompanionNodeSLOSource(
             client, qos.holder, cache_path,
@@ -236,13 +240,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
         components += [source, config_sync]
     # The NodeSLO source starts before the QoS manager so its first round already has the persisted spec.
     components += [advisor, reporter, *([slo_source] if slo_source is not None else []), qos, hooks, server]
-    # --- node topology report (issue 21): the CPU topology re-read every nodeCPUInfoIntervalSeconds, and the
-    # report the companion writes as the node's NodeResourceTopology (gate NodeTopologyReport) ---
-    from koordlet.statesinformer.cpubasicinfo import read_cpu_basic_info
-    from koordlet.statesinformer.topology import HostTopology, TopologySource
-    from koordlet.system.node import read_node_info
-    from koordlet.system.numamemory import read_numa_memory
-
+    # The CPU topology, re-read every nodeCPUInfoIntervalSeconds, and the report the companion writes as the
+    # node's NodeResourceTopology (gate NodeTopologyReport).
     topology = TopologySource(informer, lambda: read_node_info(paths, native),
                               lambda: HostTopology(read_numa_memory(paths), read_cpu_basic_info(paths)),
                               config.collector.node_cpu_info_interval_seconds,
@@ -251,13 +250,18 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
     components.insert(components.index(informer) + 1, topology)  # before the collectors and the first report
     if companion_sink is not None:
         companion_sink.topology = topology.current
-    # --- end node topology report ---
-    # --- peak prediction (issue 21): trained from the cache, read by NodeMetric's prodReclaimableMetric ---
-    from koordlet import prediction
-
-    predict_server, reporter.predictor_factory = prediction.build(cache, informer, node, state_dir)
+    # Peak prediction: trained from the cache, read by NodeMetric's prodReclaimableMetric.
+    flags = config.prediction
+    predict_server, reporter.predictor_factory = prediction.build(
+        cache, informer, node, Path(flags.checkpoint_filepath or state_dir / prediction.CHECKPOINT_DIR),
+        prediction.PredictionConfig(
+            cold_start_seconds=flags.cold_start_seconds, safety_margin_percent=flags.safety_margin_percent,
+            memory_half_life_seconds=flags.memory_half_life_seconds, cpu_half_life_seconds=flags.cpu_half_life_seconds,
+            training_interval_seconds=flags.training_interval_seconds,
+            model_expiration_seconds=flags.model_expiration_seconds,
+            checkpoint_interval_seconds=flags.checkpoint_interval_seconds,
+            checkpoint_max_per_step=flags.checkpoint_max_per_step))
     components.insert(components.index(reporter), predict_server)
-    # --- end peak prediction ---
     debug: DebugServer | None = None
     debug_socket = config.server.debug_socket
     if debug_socket == contract.DEFAULT_SOCKET:  # not chosen: a user other than root cannot write /var/run
@@ -344,8 +348,8 @@ def build_runtime_hooks(config: Config, layout: CgroupLayout, informer: StatesIn
     deps = HookDeps(layout=layout, gates=effective_gates, probes=probes,
                     nodeslo=lambda: holder.current().spec, coresched=writers.coresched, cookies=writers.cookies,
                     resctrl=writers.resctrl, shared_pools=informer.shared_pools, tenant=informer.tenant,
-                    sysctl=writers.sysctl,  # kernel.sched_group_identity_enabled (H8)
-                    cpu_normalization_ratio=NormalizationRatio(  # CPU normalization (H7)
+                    sysctl=writers.sysctl,  # kernel.sched_group_identity_enabled
+                    cpu_normalization_ratio=NormalizationRatio(
                         lambda: (node.annotations if (node := informer.kube_node()) is not None else None)))
     hooks_config = config.runtime_hooks
     runner = HookRunner(build_hooks(deps), failure_policy(hooks_config.plugin_failure_policy),
@@ -359,15 +363,15 @@ def build_runtime_hooks(config: Config, layout: CgroupLayout, informer: StatesIn
     return RuntimeHooks(hooks_config, runner, applier, informer, metrics.runtime_hooks, oom_score,
                         incarnation=lambda rel_dir: cgroup_incarnation(layout, rel_dir),
                         forget=executor.forget_cgroup,
-                        qos_dirs=None if driver is None else {  # kube-QoS level of the hooks (H8, issue 21)
+                        qos_dirs=None if driver is None else {  # the kube-QoS level of the hooks
                             q: under_parent(config.host.cgroup_kube_parent, qos_dir(driver, q)) for q in KubeQoS},
-                        host_apps=None if driver is None else host_app_targets(  # host applications (H3)
+                        host_apps=None if driver is None else host_app_targets(
                             holder, driver, config.host.cgroup_kube_parent))
 
 
 def host_app_targets(holder: NodeSLOHolder, driver: CgroupDriver, kube_parent: str
                      ) -> Callable[[], list[HostAppTarget]]:
-    """The NodeSLO's host applications where the hooks' host-application parts write (issue 21, H3)."""
+    """The NodeSLO's host applications where the hooks' host-application parts write."""
     by_value = {q.value: q for q in QoSClass}
 
     def targets() -> list[HostAppTarget]:
@@ -443,7 +447,7 @@ def build_qos(config: Config, layout: CgroupLayout, driver: DriverGuess, informe
         cookies=writers.cookies,
         resctrl=writers.resctrl,
         sysctl=writers.sysctl,
-        kubelet_root_dir=config.host.var_lib_kubelet_root_dir,  # blkio podvolume (H8)
+        kubelet_root_dir=config.host.var_lib_kubelet_root_dir,  # blkio podvolume
         netqos=netqos_backends(qos, informer),
         closid_reserve=informer.tenant.closid_reserve,
     )

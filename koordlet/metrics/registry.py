@@ -10,7 +10,7 @@ and serves both merged at ``/metrics`` (``pkg/koordlet/metrics/{internal,externa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from koordlet.apis.nodeslo import HostApplicationSpec
 from koordlet.metrics.cpi import DEFAULT_FIELDS, CPICollector
 from koordlet.metrics.executor import ResourceExecutorMetrics
 from koordlet.metrics.kubelet import KubeletMetrics
@@ -25,7 +26,7 @@ from koordlet.metrics.lifecycle import LifecycleMetrics
 from koordlet.metrics.nodemetric import NodeMetricMetrics
 from koordlet.metrics.psi import PSICollector
 from koordlet.metrics.qos import QoSMetrics
-from koordlet.metrics.resource import NodeUsageCollector, PodUsageCollector
+from koordlet.metrics.resource import HostAppUsageCollector, NodeUsageCollector, PodUsageCollector
 from koordlet.metrics.runtimehooks import RuntimeHookMetrics
 from koordlet.metrics.sources import LatestSamples, PodLister
 
@@ -74,8 +75,9 @@ class KoordletMetrics:
     """Every metric of one daemon.
 
     Facades for what callers record (``lifecycle``, ``kubelet``, ``executor``, ``runtime_hooks``,
-    ``node_metric``, ``qos``), and scrape-time collectors over ``cache`` and ``pods`` for what is measured (node,
-    pod and container usage, PSI, CPI).  Serve :attr:`routes` with :func:`koordlet.metrics.server.serve`.
+    ``node_metric``, ``qos``), and scrape-time collectors over ``cache``, ``pods`` and ``host_apps`` for what is
+    measured (node, pod, container and host-application usage, PSI, CPI).  Serve :attr:`routes` with
+    :func:`koordlet.metrics.server.serve`.
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class KoordletMetrics:
         max_ages: MaxAges | None = None,
         cpi_fields: Mapping[str, str] = DEFAULT_FIELDS,
         process_metrics: bool = True,
+        host_apps: Callable[[], Sequence[HostApplicationSpec]] = tuple,
     ) -> None:
         ages = max_ages if max_ages is not None else MaxAges()
         self.node_name = node_name
@@ -110,6 +113,7 @@ class KoordletMetrics:
 
         self._register(self.external, [
             PodUsageCollector(cache, pods, node_name, ages.resource_seconds),
+            HostAppUsageCollector(cache, host_apps, node_name, ages.resource_seconds),
             PSICollector(cache, pods, node_name, ages.psi_seconds),
             CPICollector(cache, pods, node_name, ages.cpi_seconds, cpi_fields),
         ])

@@ -43,8 +43,8 @@ def node_allocatable_of(informer: Any, node: Any) -> Callable[[], Pair | None]:
 PredictorFactory = Callable[[float], ProdReclaimablePredictor]
 
 
-def build(cache: UsageQuerier, informer: Any, node: Any, state_dir: Path,
+def build(cache: UsageQuerier, informer: Any, node: Any, checkpoint_dir: Path,
           config: PredictionConfig | None = None) -> tuple[PeakPredictServer, PredictorFactory]:
     """The predict server (a daemon component) and the predictor factory the NodeMetric reporter uses."""
-    server = PeakPredictServer(cache, informer, Path(state_dir) / CHECKPOINT_DIR, config)
+    server = PeakPredictServer(cache, informer, Path(checkpoint_dir), config)
     return server, factory(server, node_allocatable_of(informer, node))

@@ -121,6 +121,7 @@ class PeakPredictServer:
         self._cache = cache
         self._informer = informer
         self._checkpointer = FileCheckpointer(checkpoint_dir)
+        self.checkpoint_dir = self._checkpointer.directory
         self._clock = clock
         self._models: dict[str, Model] = {}
         self._lock = threading.Lock()

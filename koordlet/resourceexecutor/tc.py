@@ -27,7 +27,6 @@ pyroute2 (keyword arguments, netlink decoding) stays inside :mod:`.tc_netlink`; 
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -38,7 +37,17 @@ from functools import partial
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.resourceexecutor import tc_pods
 from koordlet.resourceexecutor.netqos import IFNAMSIZ, NetQoSPlan
-from koordlet.resourceexecutor.tc_classify import CLASS_MINOR, ETH_P_ALL, FAMILIES, IPV4, IPV6, Classifiers, Family
+from koordlet.resourceexecutor.tc_classify import (
+    CLASS_MINOR,
+    CLASS_PRIO,
+    ETH_P_ALL,
+    FAMILIES,
+    IPV4,
+    IPV6,
+    Classifiers,
+    Family,
+)
+from koordlet.resourceexecutor.tc_filters import U32_ROOT_TABLE, filter_ip, sync_filters, with_free_handle
 from koordlet.resourceexecutor.tc_netlink import (
     INGRESS_HANDLE,
     ROOT_HANDLE,
@@ -58,12 +67,8 @@ log = logging.getLogger(__name__)
 DEFAULT_PREFIX = "koordlet-"
 ROOT_CLASS = 0x10001
 """``1:1`` - parent of the three classes, so they can borrow from each other up to their ceilings."""
-CLASS_PRIO = {"system": 1, "ls": 2, "be": 3}
 DEFAULT_MINOR = CLASS_MINOR["system"]
 REDIRECT_PRIO = 1
-U32_ROOT_TABLE = 0x80000000
-"""u32 handles are ``htid:hash:node``; filters added without a table land in table 800:."""
-U32_MAX_NODE = 0xFFF
 
 
 # ---- the backend -----------------------------------------------------------------------------------
@@ -212,7 +217,7 @@ class TcNetQoS:
                 "qdisc": _qdisc_text(have.ifb_root),
                 "classes": _classes_text(have.ifb_classes),
                 "filters": [
-                    {"class": _class_name(f.classid), "dst": _keys_ip(f.keys)} for f in have.ifb_filters
+                    {"class": _class_name(f.classid), "dst": filter_ip(f)} for f in have.ifb_filters
                 ],
             },
             "ipsets": {name: sorted(members) for name, (_, members) in sorted(have.sets.items())},
@@ -288,7 +293,7 @@ class TcNetQoS:
     def _apply_egress(self, nl: Netlink, steps: Steps, plan: NetQoSPlan, have: _Installed) -> None:
         want = self._want_classes(plan, "egress")
         self._ensure_htb(nl, steps, have.link, have.root, have.classes, want, "egress")
-        tc_pods.ensure_src_filters(nl, steps, plan, have.link, _with_free_handle)
+        tc_pods.ensure_src_filters(nl, steps, plan, have.link)
         tc_pods.drop_stale_classes(nl, steps, have.link, "egress", want)
 
     def _apply_ingress(self, nl: Netlink, steps: Steps, plan: NetQoSPlan, have: _Installed) -> None:
@@ -314,7 +319,7 @@ class TcNetQoS:
         want = U32Filter(INGRESS_HANDLE, REDIRECT_PRIO, ETH_P_ALL, U32_ROOT_TABLE | 1, 0, ((0, 0, 0),), ifb.index)
         if not any(f.match() == want.match() for f in have.redirects):
             taken = {f.handle for f in have.redirects}
-            want = _with_free_handle(want, taken)
+            want = with_free_handle(want, taken)
             steps.run(f"redirect ingress of {have.link.name} to {self.ifb_name}", lambda: nl.add_u32(index, want),
                       lambda: nl.del_filter(index, want))
 
@@ -327,22 +332,7 @@ class TcNetQoS:
                 want.append(U32Filter(ROOT_HANDLE, family.filter_prio, family.ethertype, 0,
                                       ROOT_HANDLE | CLASS_MINOR[name], family.dst_keys(ip)))
         want += tc_pods.dst_filters(plan)
-        present = {f.match(): f for f in have}
-        taken = {f.handle for f in have}
-        # New classifiers first, stale ones after: a moved address is classified by one of them at all
-        # times (filters of one prio are tried in handle order, either one is right for a moment).
-        for flt in want:
-            if flt.match() in present:
-                continue
-            flt = _with_free_handle(flt, taken)
-            taken.add(flt.handle)
-            steps.run(f"classify ingress dst {_keys_ip(flt.keys)} -> {handle_text(flt.classid)}",
-                      partial(nl.add_u32, ifb.index, flt), partial(nl.del_filter, ifb.index, flt))
-        wanted = {f.match() for f in want}
-        for flt in have:
-            if flt.match() not in wanted:
-                steps.run(f"drop ingress classifier dst {_keys_ip(flt.keys)} -> {handle_text(flt.classid)}",
-                          partial(nl.del_filter, ifb.index, flt), partial(nl.add_u32, ifb.index, flt))
+        sync_filters(nl, steps, ifb.index, have, want, "ingress dst")
 
     def _remove_ingress(self, nl: Netlink, steps: Steps, have: _Installed) -> None:
         for flt in have.redirects:
@@ -357,26 +347,10 @@ def _byte_aligned(bps: int) -> int:
     return bps // 8 * 8
 
 
-def _with_free_handle(flt: U32Filter, taken: set[int]) -> U32Filter:
-    for node in range(1, U32_MAX_NODE + 1):
-        handle = U32_ROOT_TABLE | node
-        if handle not in taken:
-            return U32Filter(flt.parent, flt.prio, flt.protocol, handle, flt.classid, flt.keys, flt.redirect_ifindex)
-    raise CommandFailed(f"no free u32 handle left in table 800: (more than {U32_MAX_NODE} classified addresses)")
-
-
 def _del_named_link(nl: Netlink, name: str) -> None:
     link = nl.link(name)
     if link is not None:
         nl.del_link(link.index)
-
-
-def _keys_ip(keys: tuple[tuple[int, int, int], ...]) -> str:
-    packed = b"".join(value.to_bytes(4, "big") for _, value, _ in keys)
-    try:
-        return str(ipaddress.ip_address(packed))
-    except ValueError:
-        return packed.hex()
 
 
 def _class_name(classid: int) -> str:

@@ -23,6 +23,8 @@ from koordlet.resourceexecutor.tc_netlink import ROOT_HANDLE, CommandFailed
 from koordlet.resourceexecutor.tc_steps import Runner, Steps
 
 CLASS_MINOR = {"system": 2, "ls": 3, "be": 4}
+CLASS_PRIO = {"system": 1, "ls": 2, "be": 3}
+"""HTB prio of each network class's class (and of the per-pod classes under it)."""
 ETH_P_ALL, ETH_P_IP, ETH_P_IPV6 = 0x0003, 0x0800, 0x86DD
 
 

@@ -17,15 +17,14 @@ delete a class a filter is still bound to.  Only minors in
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
 from functools import partial
 
 from koordlet.resourceexecutor.netqos import POD_MINORS, NetQoSPlan, PodBandwidth
-from koordlet.resourceexecutor.tc_classify import CLASS_MINOR, IPV4, IPV6, Family
+from koordlet.resourceexecutor.tc_classify import CLASS_MINOR, CLASS_PRIO, IPV4, IPV6, Family
+from koordlet.resourceexecutor.tc_filters import sync_filters
 from koordlet.resourceexecutor.tc_netlink import ROOT_HANDLE, HtbClass, Link, Netlink, U32Filter, handle_text
 from koordlet.resourceexecutor.tc_steps import Steps
 
-CLASS_PRIO = {"system": 1, "ls": 2, "be": 3}
 SRC_PRIO = {"ipv4": 4, "ipv6": 5}
 """Prio of the per-pod source filters on the interface (upstream ``POD_FILTER_PRIO`` 4; IPv6 next to it)."""
 SRC_OFFSET = {"ipv4": 12, "ipv6": 8}
@@ -84,28 +83,11 @@ def src_filters(plan: NetQoSPlan) -> list[U32Filter]:
     return want
 
 
-HandlePicker = Callable[[U32Filter, set[int]], U32Filter]
-
-
-def ensure_src_filters(nl: Netlink, steps: Steps, plan: NetQoSPlan, link: Link, pick: HandlePicker) -> None:
+def ensure_src_filters(nl: Netlink, steps: Steps, plan: NetQoSPlan, link: Link) -> None:
     """The interface's per-pod source filters: new ones first, stale ones (at our prios only) after."""
     ours = set(SRC_PRIO.values())
     have = [f for f in nl.filters(link.index, ROOT_HANDLE) if f.prio in ours]
-    want = src_filters(plan)
-    present = {f.match() for f in have}
-    taken = {f.handle for f in have}
-    for flt in want:
-        if flt.match() in present:
-            continue
-        flt = pick(flt, taken)
-        taken.add(flt.handle)
-        steps.run(f"classify egress src {_ip_of(flt)} -> {handle_text(flt.classid)}",
-                  partial(nl.add_u32, link.index, flt), partial(nl.del_filter, link.index, flt))
-    wanted = {f.match() for f in want}
-    for flt in have:
-        if flt.match() not in wanted:
-            steps.run(f"drop egress classifier src {_ip_of(flt)} -> {handle_text(flt.classid)}",
-                      partial(nl.del_filter, link.index, flt), partial(nl.add_u32, link.index, flt))
+    sync_filters(nl, steps, link.index, have, src_filters(plan), "egress src")
 
 
 def drop_stale_classes(nl: Netlink, steps: Steps, link: Link, label: str, want: list[HtbClass]) -> None:
@@ -117,9 +99,3 @@ def drop_stale_classes(nl: Netlink, steps: Steps, link: Link, label: str, want: 
                       partial(nl.del_class, link.index, cls.classid), partial(nl.put_class, link.index, cls, False))
 
 
-def _ip_of(flt: U32Filter) -> str:
-    packed = b"".join(value.to_bytes(4, "big") for _, value, _ in flt.keys)
-    try:
-        return str(ipaddress.ip_address(packed))
-    except ValueError:
-        return packed.hex()

@@ -99,7 +99,7 @@ class NodeMetricReporter(Protocol):
         ...
 
 
-# --- prodReclaimableMetric (issue 21, prediction) ---------------------------------------------------------
+# --- prodReclaimableMetric (peak prediction) -------------------------------------------------------------
 
 class ProdPredictor(Protocol):
     """One round's prod-reclaimable predictor (:class:`koordlet.prediction.ProdReclaimablePredictor`)."""
@@ -249,7 +249,6 @@ def build_node_metric(
     reclaimable = _prod_reclaimable(predictor) if predictor is not None else None
     return NodeMetricStatus(update_time=now, node_metric=node, pods_metric=tuple(pods),
                             prod_reclaimable_metric=reclaimable,
-                            # hostApplicationMetric (issue 21, host applications)
                             host_application_metric=host_app_metrics(
                                 cache, host_apps, policy.node_memory_collect_policy, seconds, now))
 

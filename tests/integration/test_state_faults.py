@@ -35,7 +35,8 @@ from koordlet.log import TextFormatter
 from koordlet.metriccache import CacheSettings, MetricCache
 from koordlet.metriccache.cache import series_key
 from koordlet.metriccache.component import MetricCacheComponent
-from koordlet.statesinformer.companion import CompanionClient, CompanionNodeSLOSource
+from koordlet.statesinformer.companion import CompanionClient
+from koordlet.statesinformer.companionslo import CompanionNodeSLOSource
 from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from runtimeproxy.cli import FieldsFormatter
 from runtimeproxy.store import Store
@@ -222,7 +223,7 @@ def test_persisting_the_nodeslo_on_a_full_disk_fails_once_per_streak_and_leaves_
         with tiny_tmpfs("64k") as state:
             path = state / "nodeslo-companion.json"
             source = CompanionNodeSLOSource(client, NodeSLOHolder(), path)
-            logger = "koordlet.statesinformer.companion"
+            logger = "koordlet.statesinformer.companionslo"
             with caplog.at_level(logging.INFO, logger=logger):
                 filler = fill_up(state)
                 for generation in (1, 2, 3):

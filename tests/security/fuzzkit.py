@@ -264,6 +264,10 @@ def _field_strategy(parse: Any) -> st.SearchStrategy[Any]:
         return st.one_of(st.integers(-5, 105), quantity_text)
     if kind == "bool_map_field":
         return st.dictionaries(st.text(max_size=8), st.booleans(), max_size=3)
+    if kind == "float_map_field":
+        ratios = st.one_of(st.floats(-2, 10), st.integers(-2, 10), st.none(), st.booleans(), st.text(max_size=4),
+                           st.sampled_from([1e308, 10**400]))
+        return st.dictionaries(st.text(max_size=8), ratios, max_size=3)
     if kind == "str_map_field":
         return st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3)
     if kind in ("str_list_field",):

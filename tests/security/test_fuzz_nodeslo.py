@@ -6,7 +6,8 @@
 - ``NodeSLOSpec.from_json`` (koordlet/apis/nodeslo), ``NodeMetricCollectPolicy.from_spec`` and
   ``NodeMetric.from_json`` (koordlet/apis/nodemetric/);
 - the ConfigMap keys the companion renders per node (koordlet/apis/sloconfig.py, the companion's
-  ``SLOController``) and the ConfigMap YAML of ``--config-file``.
+  ``SLOController``), the resource amplification annotation computed from one, and the ConfigMap YAML of
+  ``--config-file``.
 
 Structured input is derived from the dataclasses' own field specs, so every real field is exercised with
 plausible, out-of-range and wrongly typed values.  Contracts: decoders raise ``ConfigError`` (``ParseError``
@@ -16,6 +17,7 @@ rejected and the last good one stays).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,9 +31,11 @@ from koordlet.apis.nodemetric import NodeMetric, NodeMetricCollectPolicy
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.nodeslo.fields import JsonObject
 from koordlet.apis.proto.companion.v1 import companion_pb2
+from koordlet.companion.amplification import AmplificationRefused, node_annotation
 from koordlet.companion.slocontroller import SLOController
 from koordlet.errors import ConfigError, ParseError
-from koordlet.statesinformer.companion import CompanionNodeMetricSink, CompanionNodeSLOSource
+from koordlet.statesinformer.companion import CompanionNodeMetricSink
+from koordlet.statesinformer.companionslo import CompanionNodeSLOSource
 from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from tests.security.fuzzkit import (
     decode,
@@ -130,6 +134,7 @@ _KEYS: dict[str, type[JsonObject]] = {
     sloconfig.HOST_APPLICATION_CONFIG_KEY: sloconfig.HostApplicationCfg,
     sloconfig.COLOCATION_CONFIG_KEY: sloconfig.ColocationStrategy,
     sloconfig.CPU_NORMALIZATION_CONFIG_KEY: sloconfig.CPUNormalizationStrategy,
+    sloconfig.RESOURCE_AMPLIFICATION_CONFIG_KEY: sloconfig.ResourceAmplificationStrategy,
 }
 _CLUSTER_KEYED = {sloconfig.RESOURCE_THRESHOLD_CONFIG_KEY, sloconfig.RESOURCE_QOS_CONFIG_KEY,
                   sloconfig.CPU_BURST_CONFIG_KEY, sloconfig.SYSTEM_CONFIG_KEY}
@@ -171,8 +176,12 @@ def test_render_configmap(data: dict[str, Any], labels: dict[str, str]) -> None:
         sloconfig.render_nodeslo(data, labels)
         sloconfig.render_colocation(data, labels)
         sloconfig.render_cpu_normalization(data, labels)
+        strategy, _ = sloconfig.render_resource_amplification(data, labels)
+        for normalization in (None, "1.50", "5.00", "junk", "0"):
+            with contextlib.suppress(AmplificationRefused):  # a refusal is the calculation's answer, not a crash
+                node_annotation(strategy, normalization)
 
-    decode("sloconfig render_nodeslo/colocation/cpu-normalization", render, ())
+    decode("sloconfig render_nodeslo/colocation/cpu-normalization/amplification", render, ())
 
 
 @fuzz_settings(150)
@@ -186,6 +195,7 @@ def test_slo_controller_configmap(data: dict[str, Any], labels: dict[str, str]) 
         controller.spec_for("node-a")
         controller.colocation_for("node-a")
         controller.cluster_colocation_enabled()
+        controller.amplification_for("node-a")
 
     decode("companion SLOController.set_configmap", apply, ())
 

@@ -176,6 +176,8 @@ COMPANION_GRANTS: dict[Grant, tuple[str, ...]] = {
     ("", SLO, "nodemetrics", "create"): ("create_cluster_custom_object",),
     ("", SLO, "nodemetrics", "update"): ("replace_cluster_custom_object",),
     ("", SLO, "nodemetrics/status", "update"): ("replace_cluster_custom_object_status",),
+    # every replica watches them: the usage of the nodes reporting to the other replicas (kube/watch.py)
+    ("", SLO, "nodemetrics", "watch"): ("NodeMetricWatcher", "list_cluster_custom_object", "_Watch"),
     (NAMESPACE, "", "configmaps", "list"): ("list_namespaced_config_map",),
     (NAMESPACE, "", "configmaps", "watch"): ("list_namespaced_config_map", "_Watch"),
     (NAMESPACE, "coordination.k8s.io", "leases", "get"): ("read_namespaced_lease",),
@@ -201,7 +203,7 @@ COMPANION_GRANTS: dict[Grant, tuple[str, ...]] = {
         "read_validating_webhook_configuration",),
     ("", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "update"): (
         "replace_validating_webhook_configuration",),
-    # descheduler: the cluster each round, CustomPriority's autoCordon
+    # descheduler: the cluster each round, CustomPriority's autoCordon; the replicas' NodeMetric watch
     ("", SLO, "nodemetrics", "list"): ("list_cluster_custom_object",),
     ("", "", "nodes", "patch"): ("patch_node",),  # also the cpu-normalization-ratio (kube/nodeannotations.py)
     # node topology: one NodeResourceTopology per node from its koordlet's report (koordlet/companion/kube/nrt.py)

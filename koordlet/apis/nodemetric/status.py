@@ -213,6 +213,28 @@ def _pod_metric_fast(obj: Any) -> PodMetricInfo | None:
     return PodMetricInfo(name=name, namespace=namespace, pod_usage=usage, priority=priority, qos=qos)
 
 
+def _classes_to_json(out: dict[str, Any], priority: PriorityClass, qos: QoSClass) -> dict[str, Any]:
+    """``out`` with ``priority`` and ``qos`` added unless NONE (Go's omitempty)."""
+    if priority is not PriorityClass.NONE:
+        out["priority"] = priority.value
+    if qos is not QoSClass.NONE:
+        out["qos"] = qos.value
+    return out
+
+
+def _classes_from_json(obj: Mapping[str, Any], where: str) -> tuple[PriorityClass, QoSClass]:
+    """The ``priority`` and ``qos`` members; ParseError naming the field when one is not a known class."""
+    priority_text = gojson.string(member(obj, "priority"), f"{where}.priority")
+    qos_text = gojson.string(member(obj, "qos"), f"{where}.qos")
+    priority = _PRIORITY_BY_VALUE.get(priority_text)
+    if priority is None:
+        raise ParseError(f"{where}.priority: unknown priority class {priority_text!r}")
+    qos = _QOS_BY_VALUE.get(qos_text)
+    if qos is None:
+        raise ParseError(f"{where}.qos: unknown QoS class {qos_text!r}")
+    return priority, qos
+
+
 @dataclass(frozen=True, slots=True)
 class PodMetricInfo:
     """One pod's usage (``PodMetricInfo{name, namespace, podUsage, priority, qos}``)."""
@@ -232,11 +254,7 @@ class PodMetricInfo:
         if self.namespace:
             out["namespace"] = self.namespace
         out["podUsage"] = self.pod_usage.to_json()
-        if self.priority is not PriorityClass.NONE:
-            out["priority"] = self.priority.value
-        if self.qos is not QoSClass.NONE:
-            out["qos"] = self.qos.value
-        return out
+        return _classes_to_json(out, self.priority, self.qos)
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> PodMetricInfo:
@@ -244,14 +262,7 @@ class PodMetricInfo:
         if fast is not None:
             return fast
         obj = gojson.mapping(obj, where, optional=False)
-        priority_text = gojson.string(member(obj, "priority"), f"{where}.priority")
-        qos_text = gojson.string(member(obj, "qos"), f"{where}.qos")
-        priority = _PRIORITY_BY_VALUE.get(priority_text)
-        if priority is None:
-            raise ParseError(f"{where}.priority: unknown priority class {priority_text!r}")
-        qos = _QOS_BY_VALUE.get(qos_text)
-        if qos is None:
-            raise ParseError(f"{where}.qos: unknown QoS class {qos_text!r}")
+        priority, qos = _classes_from_json(obj, where)
         return cls(
             name=gojson.string(member(obj, "name"), f"{where}.name"),
             namespace=gojson.string(member(obj, "namespace"), f"{where}.namespace"),
@@ -276,23 +287,12 @@ class HostApplicationMetricInfo:
         if self.name:
             out["name"] = self.name
         out["usage"] = self.usage.to_json()
-        if self.priority is not PriorityClass.NONE:
-            out["priority"] = self.priority.value
-        if self.qos is not QoSClass.NONE:
-            out["qos"] = self.qos.value
-        return out
+        return _classes_to_json(out, self.priority, self.qos)
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> HostApplicationMetricInfo:
         obj = gojson.mapping(obj, where, optional=False)
-        priority_text = gojson.string(member(obj, "priority"), f"{where}.priority")
-        qos_text = gojson.string(member(obj, "qos"), f"{where}.qos")
-        priority = _PRIORITY_BY_VALUE.get(priority_text)
-        if priority is None:
-            raise ParseError(f"{where}.priority: unknown priority class {priority_text!r}")
-        qos = _QOS_BY_VALUE.get(qos_text)
-        if qos is None:
-            raise ParseError(f"{where}.qos: unknown QoS class {qos_text!r}")
+        priority, qos = _classes_from_json(obj, where)
         return cls(name=gojson.string(member(obj, "name"), f"{where}.name"),
                    usage=ResourceMap.from_json(member(obj, "usage"), f"{where}.usage"), priority=priority, qos=qos)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Self
@@ -224,6 +225,32 @@ def map_field(json_name: str, cls: type[JsonObject]) -> Any:
         return MappingProxyType({str(key): cls.from_json(item, f"{path}[{key!r}]") for key, item in value.items()})
 
     return _spec(json_name, parse, lambda value: {key: item.to_json() for key, item in value.items()})
+
+
+def float_map_field(json_name: str) -> Any:
+    """A ``map[string]float64`` (``resourceAmplificationRatio``), held read-only.
+
+    Go decodes a ``null`` member into the float's zero value (the key stays, at 0) and refuses a number out
+    of float64's range (``1e999``, which Python would read as infinity)."""
+
+    def parse(value: Any, path: str) -> Mapping[str, float]:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: must be an object, got {show(value)}")
+        out: dict[str, float] = {}
+        for key, item in value.items():
+            if item is None:
+                out[str(key)] = 0.0
+                continue
+            try:
+                number = float(item) if not isinstance(item, bool) and isinstance(item, int | float) else math.nan
+            except OverflowError:  # an integer literal past float64's range
+                number = math.nan
+            if not math.isfinite(number):
+                raise ConfigError(f"{path}[{key!r}]: must be a finite number, got {show(item)}")
+            out[str(key)] = number
+        return MappingProxyType(out)
+
+    return _spec(json_name, parse, lambda value: dict(value))
 
 
 def duration_list_field(json_name: str) -> Any:

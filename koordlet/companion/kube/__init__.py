@@ -7,9 +7,9 @@ generated models for built-in types reject objects that miss a field they think 
 
 - :func:`make_api_client` / :func:`make_in_cluster_client`: an ``ApiClient`` from a host, token file and
   CA (the token file is re-read when it changes, as kubelet rotates projected tokens);
-- :class:`NodeWatcher`, :class:`ConfigMapWatcher`: list+watch with resourceVersion (a reflector): a
-  dropped watch resumes from the last version after a bounded backoff, a 410 Expired relists, and the
-  relist reports what changed meanwhile;
+- :class:`NodeWatcher`, :class:`ConfigMapWatcher`, :class:`NodeMetricWatcher`: list+watch with
+  resourceVersion (a reflector): a dropped watch resumes from the last version after a bounded backoff, a 410
+  Expired relists, and the relist reports what changed meanwhile;
 - :func:`patch_node_batch_resources`: the node status ``kubernetes.io/batch-{cpu,memory}`` merge patch;
 - :class:`NodeSLOWriter`, :class:`NodeMetricWriter`: create-or-update of the cluster-scoped CRs, writing
   only when the content differs; every object they create names its Node as owner, so the garbage collector
@@ -27,7 +27,13 @@ resource names, timeouts, backoff limits) are imported from the module that defi
 from koordlet.companion.kube.backoff import ApplyResult, WriteBackoff
 from koordlet.companion.kube.client import KubeApiError, call_json, make_api_client, make_in_cluster_client
 from koordlet.companion.kube.lease import LeaderElector
-from koordlet.companion.kube.watch import ConfigMapWatcher, NodeWatcher, ResourceWatcher, WatchEvent
+from koordlet.companion.kube.watch import (
+    ConfigMapWatcher,
+    NodeMetricWatcher,
+    NodeWatcher,
+    ResourceWatcher,
+    WatchEvent,
+)
 from koordlet.companion.kube.writers import (
     EvictionResult,
     NodeBatchResourceWriter,
@@ -45,6 +51,7 @@ __all__ = [
     "KubeApiError",
     "LeaderElector",
     "NodeBatchResourceWriter",
+    "NodeMetricWatcher",
     "NodeMetricWriter",
     "NodeMidResourceWriter",
     "NodeSLOWriter",

@@ -17,9 +17,12 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from koordlet.companion.kube.client import (
+    NODEMETRIC_PLURAL,
     REQUEST_TIMEOUT_SECONDS,
     SLO_CONFIGMAP_NAME,
     SLO_CONFIGMAP_NAMESPACE,
+    SLO_GROUP,
+    SLO_VERSION,
     KubeApiError,
     call_json,
     resource_version_of,
@@ -289,6 +292,17 @@ class NodeWatcher(ResourceWatcher):
             kwargs["label_selector"] = label_selector
         super().__init__(client.CoreV1Api(api_client).list_node, on_event, name="nodes", list_kwargs=kwargs,
                          **options)
+
+
+class NodeMetricWatcher(ResourceWatcher):
+    """Watches every NodeMetric (cluster scoped): each companion replica learns the metrics of the nodes that
+    report to the other replicas from the objects those write."""
+
+    def __init__(self, api_client: client.ApiClient, on_event: Callable[[WatchEvent], None] | None = None,
+                 **options: Any) -> None:
+        super().__init__(client.CustomObjectsApi(api_client).list_cluster_custom_object, on_event,
+                         name=NODEMETRIC_PLURAL, list_kwargs={"group": SLO_GROUP, "version": SLO_VERSION,
+                                                              "plural": NODEMETRIC_PLURAL}, **options)
 
 
 class ConfigMapWatcher(ResourceWatcher):

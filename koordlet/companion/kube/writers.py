@@ -11,6 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
+from koordlet.apis.nodemetric import parse_time
 from koordlet.companion.kube.backoff import ApplyResult, WriteBackoff
 from koordlet.companion.kube.client import (
     BATCH_CPU,
@@ -143,7 +144,7 @@ class NodeBatchResourceWriter:
         return self.backoff.guard(node, write)
 
 
-# --- mid-tier resources (issue 21) ---------------------------------------------------------------------------
+# --- mid-tier resources ---------------------------------------------------------------------------
 
 def _mid_patch(mid_cpu_milli: int | None, mid_memory_bytes: int | None) -> dict[str, Any]:
     from koordlet.apis.extension import RESOURCE_MID_CPU, RESOURCE_MID_MEMORY
@@ -293,13 +294,16 @@ class NodeSLOWriter:
 class NodeMetricWriter:
     """Creates or updates ``NodeMetric/<node>``: ``spec.metricCollectPolicy`` on the object, ``status``
     through the status subresource; each written only when it differs.  Owned by its Node and backed off per
-    node like :class:`NodeSLOWriter`."""
+    node like :class:`NodeSLOWriter`.  A status is not written over a later one (``updateTime``) that another
+    writer put there: the node's reports have moved to another companion replica."""
 
     def __init__(self, api_client: client.ApiClient, *, timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
                  node_lookup: NodeLookup | None = None, on_retry: Callable[[str], None] | None = None) -> None:
         self._objects = _ClusterCustomObjects(api_client, NODEMETRIC_PLURAL, "NodeMetric", timeout_seconds)
         self._owners = _NodeOwners(api_client, node_lookup, timeout_seconds)
         self.backoff = WriteBackoff("NodeMetric", on_retry=on_retry)
+        self._status_written: dict[str, dict[str, Any]] = {}
+        """node -> the status this writer last wrote."""
 
     def get(self, node: str) -> dict[str, Any] | None:
         return self._objects.get(node)
@@ -335,10 +339,16 @@ class NodeMetricWriter:
                         body["metadata"]["ownerReferences"] = owners
                     current = self._objects.replace(body)
                     changed = True
-                if current.get("status") != wanted_status:
+                held = current.get("status")
+                if held != wanted_status and held != self._status_written.get(node) and _newer(held, wanted_status):
+                    # Another replica, now receiving the node's reports, wrote a later one: ours is stale.  (A
+                    # later one of our own is overwritten: the node's clock may have stepped back.)
+                    log.info("NodeMetric holds a newer report, not overwritten", extra={"node": node})
+                elif held != wanted_status:
                     body = copy.deepcopy(current)
                     body["status"] = wanted_status
                     self._objects.replace_status(body)
+                    self._status_written[node] = wanted_status
                     changed = True
             except KubeApiError as err:
                 if not _conflict(err):
@@ -351,7 +361,21 @@ class NodeMetricWriter:
 
     def forget(self, node: str) -> None:
         """The node is gone (the garbage collector removes the object)."""
+        self._status_written.pop(node, None)
         self.backoff.forget(node)
+
+
+def _update_time(status: Any) -> float | None:
+    try:
+        return parse_time(status["updateTime"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def _newer(current: Any, wanted: Mapping[str, Any]) -> bool:
+    """Whether the object's status reports a later ``updateTime`` than the one to write."""
+    held, ours = _update_time(current), _update_time(wanted)
+    return held is not None and ours is not None and held > ours
 
 
 class EvictionResult(Enum):

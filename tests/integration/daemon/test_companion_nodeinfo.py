@@ -1,13 +1,17 @@
 """The assembled koordlet gets its Kubernetes Node from the companion (``informer.kube_node()``, what the
 allocatable evictions and CPU normalization read), follows its changes, and keeps it across a restart while the
-companion is away (persisted with the NodeSLO)."""
+companion is away (persisted with the NodeSLO).  The daemon's hooks scale quotas by the Node's CPU normalization
+ratio (a 2-CPU limit, 200000 us per 100 ms, is ceil(200000 / 1.25) = 160000 us on this node)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from koordlet.apis.extension import LABEL_QOS
+from koordlet.apis.pod import Container, Pod, Resources
 from koordlet.companion.app import Companion, CompanionOptions
+from koordlet.runtimehooks.framework import HookRequest, Stage
 from koordlet.statesinformer.nodeinfo import ResourcePair
 from tests.fixtures.agentrun import running
 from tests.fixtures.waiting import wait_until
@@ -26,6 +30,16 @@ def batch(agent: Any) -> ResourcePair | None:
     return None if kube is None else kube.batch_allocatable()
 
 
+def ls_quota(agent: Any) -> object:
+    """The quota the agent's hooks give a new LS container with a 2-CPU limit."""
+    container = Container("c", "", Resources(), Resources(cpu_milli=2000))
+    pod = Pod(uid="u1", name="p", namespace="ns", labels={LABEL_QOS: "LS"}, annotations={}, kube_qos=None,
+              phase="Pending", priority=None, containers=(container,))
+    result = agent.hooks.runner.run(HookRequest(Stage.PRE_CREATE_CONTAINER, pod, "kubepods/burstable/podu1",
+                                                container, "cid"))
+    return result.adjustment.values.get("cpu_quota")
+
+
 def test_the_node_reaches_the_informer_and_survives_a_restart(tmp_path: Path) -> None:
     slo = tmp_path / "slo-controller-config.yaml"
     slo.write_text("data: {}\n")
@@ -35,9 +49,10 @@ def test_the_node_reaches_the_informer_and_survives_a_restart(tmp_path: Path) ->
     port = companion.server.port
     try:
         companion.set_node(node("6000"))  # what the Node watch does with Kubernetes
-        with running(build(config(tmp_path, port), tmp_path)) as agent:
+        with running(build(config(tmp_path, port, featureGates={"CPUNormalization": True}), tmp_path)) as agent:
             wait_until("the Node in the informer", lambda: batch(agent) == ResourcePair(6000, 8 << 30))
             assert agent.informer.kube_node().cpu_normalization_ratio() == 1.25
+            assert ls_quota(agent) == 160_000
             companion.set_node(node("2000"))
             wait_until("the changed Node", lambda: batch(agent) == ResourcePair(2000, 8 << 30))
     finally:

@@ -361,6 +361,7 @@ def test_companion_grants(objects: dict[tuple[str, str, str], dict[str, Any]]) -
         ("", "authentication.k8s.io", "tokenreviews", "create"),
         ("", SLO_GROUP, "nodeslos", "create"), ("", SLO_GROUP, "nodeslos", "update"),
         ("", SLO_GROUP, "nodemetrics", "create"), ("", SLO_GROUP, "nodemetrics/status", "update"),
+        ("", SLO_GROUP, "nodemetrics", "watch"),  # every replica: the other replicas' nodes' usage
         (NAMESPACE, "", "configmaps", "watch"), (NAMESPACE, "coordination.k8s.io", "leases", "update"),
         (NAMESPACE, "", "secrets", "create"), (NAMESPACE, "", "secrets", "get"),
         # pod webhooks: the profiles, the namespaces' labels, the priority classes' values, its own caBundle

@@ -11,7 +11,7 @@ The pods use a few MiB: the usage threshold is nowhere near, only the allocatabl
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,14 +35,14 @@ from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from koordlet.statesinformer.nodeinfo import KubeNodeInfo
-from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS
 from koordlet.system.layout import detect_layout
-from koordlet.system.node import NodeInfo, read_node_info
+from koordlet.system.node import read_node_info
 from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
 from tests.integration.qosmanager.test_memoryevict_real import HOLD, alive
+from tests.unit.qosmanager.fakes import FakeInformer
 
 MIB = 1 << 20
 SIZES = {"b-600": 600, "b-400": 400, "b-200": 200}
@@ -52,27 +52,6 @@ NODE = KubeNodeInfo(name="node-a", capacity={"cpu": "8", "memory": "16Gi"},
 SLO = {"enable": True, "allocatableEvictPriorityThreshold": 5999,
        "memoryAllocatableEvictThresholdPercent": 110, "memoryAllocatableEvictLowerPercent": 90,
        "cpuAllocatableEvictThresholdPercent": 110, "cpuAllocatableEvictLowerPercent": 90}
-
-
-@dataclass
-class Informer:
-    pod_list: tuple[PodMeta, ...]
-    node_info: NodeInfo
-
-    def pods(self) -> Sequence[PodMeta]:
-        return self.pod_list
-
-    def node(self) -> NodeInfo:
-        return self.node_info
-
-    def kube_node(self) -> KubeNodeInfo:
-        return NODE
-
-    def reservation(self) -> Reservation:
-        return Reservation()
-
-    def subscribe(self, callback: object) -> None:
-        return None
 
 
 def batch_pod(prefix: str, name: str, size_mib: int) -> PodMeta:
@@ -107,7 +86,7 @@ def rig(real_cgroups: RealCgroups, tmp_path: Path) -> Iterator[Rig]:
     paths = HostPaths()
     layout = detect_layout(paths)
     cache = MetricCache(CacheSettings(path=tmp_path / "metrics.db"), time.time)
-    informer = Informer(tuple(pods.values()), read_node_info(paths, native))
+    informer = FakeInformer(list(pods.values()), read_node_info(paths, native), kube=NODE)
     collector = CollectorConfig(memory_interval_seconds=1.0, res_used_interval_seconds=1.0)
     advisor = MetricsAdvisor(advisor_framework.Options(paths=paths, layout=layout, driver=CgroupDriver.CGROUPFS,
                                                        cache=cache, informer=informer, config=collector,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,17 +39,16 @@ from koordlet.qosmanager.plugins.cpusuppress import CPUSuppress
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.statesinformer import hostapps
-from koordlet.statesinformer.cpumanager import KubeletCPUManager
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from koordlet.statesinformer.nodemetric import build_node_metric
-from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS
 from koordlet.system.layout import detect_layout
-from koordlet.system.node import NodeInfo, read_node_info
+from koordlet.system.node import read_node_info
 from koordlet.system.validators import parse_cpulist
 from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
+from tests.unit.qosmanager.fakes import FakeInformer
 
 INTERVAL = 1.0
 MIB = 1 << 20
@@ -69,27 +67,6 @@ MEASURE_TOLERANCE_CORES = 0.01
 TOLERANCE_CORES = 0.05
 GUEST_TOLERANCE_RATIO = 0.1
 """As in the cpusuppress real test: the v2 guest's CPU-time counters and clock drift apart by several %."""
-
-
-@dataclass
-class Informer:
-    pod_list: tuple[PodMeta, ...]
-    node_info: NodeInfo
-
-    def pods(self) -> Sequence[PodMeta]:
-        return self.pod_list
-
-    def node(self) -> NodeInfo:
-        return self.node_info
-
-    def reservation(self) -> Reservation:
-        return Reservation()
-
-    def cpu_manager(self) -> KubeletCPUManager:
-        return KubeletCPUManager()
-
-    def subscribe(self, callback: object) -> None:
-        return None
 
 
 def pod_meta(prefix: str, qos: KubeQoS, uid: str) -> PodMeta:
@@ -159,7 +136,7 @@ def make_rig(groups: RealCgroups, tmp_path: Path) -> Rig:
     paths = HostPaths()
     layout = detect_layout(paths)
     cache = MetricCache(CacheSettings(path=tmp_path / "metrics.db"), time.time)
-    informer = Informer(pods, read_node_info(paths, native))
+    informer = FakeInformer(list(pods), read_node_info(paths, native))
     apps: tuple[HostApplicationSpec, ...] = slo.host_applications or ()
     advisor = MetricsAdvisor(
         advisor_framework.Options(paths=paths, layout=layout, driver=CgroupDriver.CGROUPFS, cache=cache,
@@ -207,7 +184,7 @@ def test_host_apps_collected_reported_and_suppressed(real_cgroups: RealCgroups, 
     assert total is not None and total[1] == sum(s[1] for s in apps_cpu if s is not None)
 
     # NodeMetric: the average of the samples in the window, with the entries' priority and QoS.
-    status = build_node_metric(rig.cache, Informer((), rig.strategy.options.informer.node()),
+    status = build_node_metric(rig.cache, FakeInformer([], rig.strategy.options.informer.node()),
                                NodeMetricCollectPolicy(aggregate_duration_seconds=60.0), time.time(),
                                host_apps=apps)
     reported = {m.name: m for m in status.host_application_metric}

@@ -45,3 +45,15 @@ def test_load_object() -> None:
         gojson.load_object("[1, 2]", "annotation", KoordletError)
     with pytest.raises(ParseError, match=r"^annotation: not JSON: nested too deeply"):
         gojson.load_object("[" * 100_000, "annotation")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("cpu", '"cpu"'),
+    ("a<b>&c", '"a\\u003cb\\u003e\\u0026c"'),  # encoding/json's HTML-safe escapes
+    ('q"b\\', '"q\\"b\\\\"'),
+    ("\n\r\t\b\f\x01\x7f", '"\\n\\r\\t\\b\\f\\u0001\x7f"'),  # Go 1.22 on: \b and \f short; DEL as is
+    ("\u2028\u2029é", '"\\u2028\\u2029é"'),
+    ("\ud800", '"\ufffd"'),  # Go's decoder turns a lone surrogate escape into U+FFFD
+])
+def test_dumps_string_writes_what_go_writes(text: str, expected: str) -> None:
+    assert gojson.dumps_string(text) == expected

@@ -28,13 +28,8 @@ from koordlet.apis.nodemetric import (
 from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
 from koordlet.companion.api import CompanionAPIError, CompanionServer
 from koordlet.companion.auth import AuthUnavailable, Identity, Unauthenticated
-from koordlet.statesinformer.companion import (
-    CompanionClient,
-    CompanionError,
-    CompanionNodeMetricSink,
-    CompanionNodeSLOSource,
-    token_from_file,
-)
+from koordlet.statesinformer.companion import CompanionClient, CompanionError, CompanionNodeMetricSink, token_from_file
+from koordlet.statesinformer.companionslo import CompanionNodeSLOSource
 from koordlet.statesinformer.nodeslo import Effective, NodeSLOHolder
 from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakekubelet import make_tls_files

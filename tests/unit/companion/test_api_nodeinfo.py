@@ -14,17 +14,14 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from koordlet.apis.proto.companion.v1 import companion_pb2
 from koordlet.companion.api import CompanionServer, node_json_of
 from koordlet.companion.app import Companion, CompanionOptions
-from koordlet.statesinformer.companion import (
-    CompanionClient,
-    CompanionError,
-    CompanionNodeMetricSink,
-    CompanionNodeSLOSource,
-)
+from koordlet.statesinformer.companion import CompanionClient, CompanionError, CompanionNodeMetricSink
+from koordlet.statesinformer.companionslo import CompanionNodeSLOSource
 from koordlet.statesinformer.nodeinfo import KubeNodeInfo, ResourcePair
 from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from tests.fixtures.failures import ComponentFailures
@@ -143,6 +140,16 @@ def test_the_normalization_ratio_is_read_and_an_invalid_one_is_absent() -> None:
     bad = KubeNodeInfo.from_json(node_json_of(kube_node(ratio="-3"))[0])
     assert bad.cpu_normalization_ratio() is None
     assert bad.problems() and "cpu-normalization-ratio" in bad.problems()[0]
+
+
+def test_the_node_prediction_designs_mid_tier_node(shared_dir: Path) -> None:
+    """crs/node-mid-tier-allocatable.yaml (designs/node-prediction.md): the koordlet reads the Node's mid-tier
+    allocatable as upstream's ``ConvertQuantityToInt64`` does: mid-cpu is milli-cores, mid-memory ``Ki`` bytes."""
+    document = yaml.safe_load((shared_dir / "reference/koordinator-samples/crs/node-mid-tier-allocatable.yaml")
+                              .read_text())
+    info = KubeNodeInfo.from_json(node_json_of(document)[0])
+    assert info.mid_allocatable() == ResourcePair(16_000, 64_818_120 * 1024)
+    assert info.batch_allocatable() is None
 
 
 def test_the_node_reaches_the_koordlet_and_each_change_is_pushed(

@@ -15,7 +15,8 @@ from koordlet.apis.nodemetric import NodeMetricInfo, NodeMetricStatus, ResourceM
 from koordlet.companion.app import Companion, CompanionOptions
 from koordlet.errors import KoordletError
 from koordlet.qosmanager.evictor import CompanionEvictionAPI, EvictionFailed
-from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink, CompanionNodeSLOSource
+from koordlet.statesinformer.companion import CompanionClient, CompanionNodeMetricSink
+from koordlet.statesinformer.companionslo import CompanionNodeSLOSource
 from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.waiting import wait_until

@@ -21,13 +21,8 @@ from koordlet.companion import cli
 from koordlet.companion.app import Companion, CompanionOptions
 from koordlet.companion.kube import make_api_client
 from koordlet.qosmanager.evictor import CompanionEvictionAPI, EvictionFailed
-from koordlet.statesinformer.companion import (
-    CompanionClient,
-    CompanionError,
-    CompanionNodeMetricSink,
-    CompanionNodeSLOSource,
-    token_from_file,
-)
+from koordlet.statesinformer.companion import CompanionClient, CompanionError, CompanionNodeMetricSink, token_from_file
+from koordlet.statesinformer.companionslo import CompanionNodeSLOSource
 from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakeapiserver import make_configmap, make_node, make_pod
@@ -155,7 +150,7 @@ def test_batch_resources_follow_the_formula_over_a_metric_series(cluster: Any, c
     wait_until("the second batch write", lambda: batch(cluster) == ("28000", str(55 * G)))
     writes = cluster.count("PATCH", "nodes", subresource="status")
     report(port, 31, token)  # 27 cores: -3.6%, below 10% and within 300 s -> not written
-    wait_until("the third calculation", lambda: companion.batch["node-1"].batch_cpu_milli == 27000)
+    wait_until("the third calculation", lambda: companion.resources.batch["node-1"].batch_cpu_milli == 27000)
     time.sleep(0.2)  # the writer had its chance
     assert batch(cluster) == ("28000", str(55 * G))
     assert cluster.count("PATCH", "nodes", subresource="status") == writes

@@ -19,12 +19,14 @@ from koordlet.apis.nodemetric import NodeMetricInfo, NodeMetricStatus, PodMetric
 from koordlet.apis.sloconfig import configmap_data_from_yaml
 from koordlet.companion.app import Companion, CompanionOptions
 from koordlet.companion.kube import make_api_client
-from koordlet.statesinformer.companion import CompanionClient, CompanionNodeSLOSource
+from koordlet.statesinformer.companion import CompanionClient
+from koordlet.statesinformer.companionslo import CompanionNodeSLOSource
 from koordlet.statesinformer.cpubasicinfo import NormalizationRatio
 from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from tests.fixtures.failures import ComponentFailures
 from tests.fixtures.fakeapiserver import make_configmap, make_node, make_pod
 from tests.fixtures.waiting import wait_until
+from tests.unit.companion.test_app_kube import start_companion
 
 NS = "koordinator-system"
 CM = "slo-controller-config"
@@ -47,10 +49,7 @@ def cluster(fake_apiserver: Any, shared_dir: Path) -> Any:
 
 @pytest.fixture
 def companion(cluster: Any) -> Iterator[Companion]:
-    api = make_api_client(cluster.host, cluster.token_file, cluster.ca_file)
-    instance = Companion(CompanionOptions(grpc_addr="127.0.0.1:0", extender_addr="127.0.0.1:0",
-                                          leader_elect=False), api)
-    instance.start()
+    instance = start_companion(cluster)
     try:
         yield instance
     finally:

@@ -70,6 +70,38 @@ def test_mid_formula(name: str, kw: dict[str, Any], reclaimable: ResourceMap | N
     assert not result.degraded
 
 
+@pytest.mark.parametrize(("kw", "expected"), [
+    # upstream CalculateMidResourceByStaticMode: 30 % of 100 cores, 25 % of 120G; the usage does not count.
+    ({"mid_static_cpu_reserved_percent": 30, "mid_static_memory_reserved_percent": 25}, (30_000, 30 * G)),
+    # capped at capacity x threshold: 20 % of 100 cores; memory 25 % is under its 50 %.
+    ({"mid_static_cpu_reserved_percent": 30, "mid_static_memory_reserved_percent": 25,
+      "mid_cpu_threshold_percent": 20, "mid_memory_threshold_percent": 50}, (20_000, 30 * G)),
+    # the static shares default to 0.
+    ({}, (0, 0)),
+])
+def test_static_mode(kw: dict[str, Any], expected: tuple[int, int]) -> None:
+    result = midresource.calculate(NODE, [PROD, MID], metric(ResourceMap(20_000, 30 * G)),
+                                   strategy(mid_reclaim_mode="static", **kw), NOW)
+    assert (result.mid_cpu_milli, result.mid_memory_bytes) == expected
+    stale = midresource.calculate(NODE, [], metric(None, at=NOW - 16 * 60),
+                                  strategy(mid_reclaim_mode="static", **kw), NOW)
+    assert stale.degraded and stale.mid_cpu_milli is None, "a stale NodeMetric resets static mid too"
+
+
+def test_static_mode_from_the_configmap_and_a_bad_mode_refused() -> None:
+    from koordlet.apis.sloconfig import render_colocation
+
+    good, errors = render_colocation({"colocation-config": json.dumps({
+        "enable": True, "midReclaimMode": "static", "midStaticCPUReservedPercent": 10,
+        "midStaticMemoryReservedPercent": 5})}, {})
+    assert errors == ()
+    assert (good.mid_reclaim_mode, good.mid_static_cpu_reserved_percent, good.mid_static_memory_reserved_percent) == (
+        "static", 10, 5)
+    bad, errors = render_colocation({"colocation-config": json.dumps({"enable": True, "midReclaimMode": "Static"})},
+                                    {})
+    assert errors and "midReclaimMode" in str(errors[0]) and bad.mid_reclaim_mode is None
+
+
 def test_stale_metric_or_disabled_colocation_removes_mid() -> None:
     stale = midresource.calculate(NODE, [], metric(ResourceMap(1, 1), at=NOW - 16 * 60), strategy(), NOW)
     assert (stale.mid_cpu_milli, stale.mid_memory_bytes, stale.degraded) == (None, None, True)

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from koordlet.apis.proto.companion.v1 import companion_pb2
-from koordlet.statesinformer.companion import PERSIST_FORMAT, CompanionClient, CompanionNodeSLOSource
+from koordlet.statesinformer.companion import CompanionClient
+from koordlet.statesinformer.companionslo import PERSIST_FORMAT, CompanionNodeSLOSource
 from koordlet.statesinformer.nodeslo import NodeSLOHolder
 
-LOGGER = "koordlet.statesinformer.companion"
+LOGGER = "koordlet.statesinformer.companionslo"
 SPEC = {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 61}}
 GOOD = json.dumps({"format": PERSIST_FORMAT, "generation": 4, "instance": "i-1", "origin": "file:/etc/slo.yaml",
                    "spec": SPEC}, sort_keys=True).encode() + b"\n"

@@ -102,27 +102,25 @@ def test_garbage_never_replaces_a_good_key(bad: str) -> None:
 AMPLIFICATION = "resource-amplification-config"
 
 
-def test_resource_amplification_config_warns_once_per_configmap_version(caplog: pytest.LogCaptureFixture) -> None:
-    """Not implemented (upstream writes node.koordinator.sh/resource-amplification-ratio for the scheduler): the
-    key is accepted, not applied, and said so once per ConfigMap version, never silently."""
+def test_resource_amplification_config_applies_per_node_and_a_bad_edit_keeps_the_last_good(
+        caplog: pytest.LogCaptureFixture) -> None:
     controller = SLOController()
-    controller.set_node("n1", {})
-    data = {AMPLIFICATION: json.dumps({"clusterStrategy": {"enable": True,
-                                                           "resourceAmplificationRatio": {"cpu": 1.5}}}),
-            THRESHOLD: threshold(True, 60)}
-
-    def warnings() -> list[str]:
-        return [r.key for r in caplog.records  # type: ignore[attr-defined]
-                if r.getMessage().startswith("slo-controller-config key is not implemented")]
-
+    controller.set_node("plain", {})
+    controller.set_node("big", {"pool": "big"})
+    assert controller.amplification_for("plain").enable is False  # no ConfigMap: the default
+    good = json.dumps({"enable": True, "resourceAmplificationRatio": {"cpu": 1.5},
+                       "nodeConfigs": [{"nodeSelector": {"matchLabels": {"pool": "big"}},
+                                        "resourceAmplificationRatio": {"memory": 1.2}}]})
     with caplog.at_level("WARNING", logger="koordlet.companion.slocontroller"):
-        assert controller.set_configmap(data, "configmap@1") == {}
-        assert controller.set_configmap(data, "configmap@1") == {}  # a resync of the same version
-        assert warnings() == [AMPLIFICATION]
-        assert controller.not_applied == (AMPLIFICATION,)
-        controller.set_configmap(data, "configmap@2")
-        assert warnings() == [AMPLIFICATION, AMPLIFICATION]
-        controller.set_configmap({THRESHOLD: threshold(True, 60)}, "configmap@3")
-        assert controller.not_applied == () and len(warnings()) == 2
-    rendered = controller.spec_for("n1")
-    assert rendered is not None and rendered.spec["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] == 60
+        assert controller.set_configmap({AMPLIFICATION: good, THRESHOLD: threshold(True, 60)}, "configmap@1") == {}
+    assert caplog.records == []  # implemented: no "not applied" warning any more
+    assert controller.amplification_for("plain").resource_amplification_ratio == {"cpu": 1.5}
+    big = controller.amplification_for("big")
+    assert big.enable is True and big.resource_amplification_ratio == {"cpu": 1.5, "memory": 1.2}  # maps merge
+
+    errors = controller.set_configmap({AMPLIFICATION: json.dumps({"enable": "yes"}), THRESHOLD: threshold(True, 55)},
+                                      "configmap@2")
+    assert errors == {AMPLIFICATION: f"{AMPLIFICATION}.enable: must be true or false, got 'yes'"}
+    assert controller.amplification_for("plain").resource_amplification_ratio == {"cpu": 1.5}  # last good kept
+    rendered = controller.spec_for("plain")
+    assert rendered is not None and rendered.spec["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] == 55

@@ -1,7 +1,8 @@
 """Node topology reports -> NodeResourceTopology objects, with the real ``kubernetes`` client against the fake
-apiserver: the report is checked and rendered as upstream's annotations, the elected leader alone writes, and
-only when the content changed (upstream ``isChanged``); what other components put in the object stays; a bad
-report keeps the last good one; the whole chain runs from a koordlet's NodeMetric sink over gRPC."""
+apiserver: the report is checked and rendered as upstream's annotations, only the replica receiving the node's
+reports writes it, and only when the content changed (upstream ``isChanged``); what other components put in the
+object stays; a bad report keeps the last good one; the whole chain runs from a koordlet's NodeMetric sink over
+gRPC."""
 
 from __future__ import annotations
 
@@ -164,11 +165,17 @@ def test_no_object_for_a_node_that_does_not_exist(fake_apiserver: FakeApiServer,
     assert fake_apiserver.get(PLURAL, "ghost") is None
 
 
-def test_reports_written_by_the_leader_only_and_only_on_change(fake_apiserver: FakeApiServer,
-                                                               kube_api: Any) -> None:
+def test_reports_written_by_their_replica_only_and_only_on_change(fake_apiserver: FakeApiServer,
+                                                                  kube_api: Any) -> None:
     fake_apiserver.seed(make_node("node-1"))
-    leading = False
-    reports = TopologyReports(is_leader=lambda: leading)
+    writing = False
+    asked: list[str] = []
+
+    def may_write(node: str) -> bool:
+        asked.append(node)
+        return writing
+
+    reports = TopologyReports(may_write=may_write)
     reports.start(kube_api)
     try:
         reports.on_topology("node-1", EXPECTED)
@@ -176,10 +183,14 @@ def test_reports_written_by_the_leader_only_and_only_on_change(fake_apiserver: F
         with pytest.raises(TopologyError):
             reports.on_topology("node-1", _with("topologyPolicy", "bad"))
         assert reports.latest("node-1") == parse_report(EXPECTED)  # the last good one stays
-        assert fake_apiserver.get(PLURAL, "node-1") is None  # a standby writes nothing
-        leading = True
+        # Not this replica's node (its reports go elsewhere): nothing written, a resync included.
+        asked.clear()
         reports.resync()
-        wait_until("the leader's NodeResourceTopology", lambda: fake_apiserver.get(PLURAL, "node-1"))
+        wait_until("the resync handled", lambda: asked == ["node-1"])
+        assert fake_apiserver.get(PLURAL, "node-1") is None
+        writing = True
+        reports.resync()
+        wait_until("the replica's NodeResourceTopology", lambda: fake_apiserver.get(PLURAL, "node-1"))
         wait_until("the write recorded", lambda: reports.writes == 1)
         requests = len(fake_apiserver.requests)
         reports.on_topology("node-1", copy.deepcopy(EXPECTED))  # same content: not even read

@@ -268,3 +268,21 @@ def test_each_daemon_has_its_own_registries(cache: MetricCache, pods: Pods) -> N
 def test_a_duplicate_collector_is_refused_at_registration(metrics: KoordletMetrics) -> None:
     with pytest.raises(ValueError, match="koordlet_node_metric_node_usage"):
         metrics.internal.register(metrics.node_metric)
+
+
+def test_host_application_usage_as_koordinator_labels_it(cache: MetricCache, pods: Pods, clock: Clock) -> None:
+    """``koordlet_host_application_resource_usage`` (Koordinator metrics/host_application.go): the NodeSLO's
+    applications with fresh samples; one whose cgroup is gone (no samples) or that left the NodeSLO is absent."""
+    from koordlet.apis.nodeslo import HostApplicationSpec
+
+    apps = [HostApplicationSpec(name="nginx", priority="koord-prod", qos="LS"),
+            HostApplicationSpec(name="ghost", qos="BE")]
+    metrics = KoordletMetrics(node_name=NODE, cache=cache, pods=pods, process_metrics=False, host_apps=lambda: apps)
+    cache.append(names.HOST_APP_CPU_USAGE, labels_of(host_app="nginx"), NOW, 0.75)
+    cache.append(names.HOST_APP_MEMORY_USAGE, labels_of(host_app="nginx"), NOW, 3e8)
+    name = "koordlet_host_application_resource_usage"
+    labels = {"node": NODE, "host_application_name": "nginx", "priority_class": "koord-prod", "qos": "LS"}
+    samples = {k: v for k, v in scrape(metrics.external).items() if k[0] == name}
+    assert samples == {key(name, resource="cpu", **labels): 0.75, key(name, resource="memory", **labels): 3e8}
+    apps.pop(0)
+    assert not [k for k in scrape(metrics.external) if k[0] == name]

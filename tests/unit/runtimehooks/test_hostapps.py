@@ -5,7 +5,6 @@ and every class while the pools are unknown, are left alone."""
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from pathlib import Path
@@ -96,12 +95,9 @@ def test_daemon_targets_from_the_nodeslo() -> None:
         HostAppTarget("plain", QoSClass.NONE, "plain")]
 
 
-
 def test_sample_nginx_ls_gets_group_identity_2_and_the_ls_share_pool(fake_host: FakeHost, shared_dir: Path) -> None:
     """host-application-nginx-ls.yaml (INDEX.md): nginx at CgroupRoot/host-latency-sensitive/nginx gets
     ``cpu.bvt_warp_ns`` 2 (the LS groupIdentity) and every shared pool; a BE application gets -1."""
-    from koordlet.runtimehooks.framework import Hook
-    from koordlet.runtimehooks.hooks.groupidentity import hostapp
     from koordlet.statesinformer.nodeslo import spec_json_from_text
 
     sample = shared_dir / "reference/koordinator-samples/slo-configs/host-application-nginx-ls.yaml"
@@ -110,12 +106,7 @@ def test_sample_nginx_ls_gets_group_identity_2_and_the_ls_share_pool(fake_host: 
     assert holder.offer_spec(spec_json_from_text(sample.read_text(), {}, str(sample)), "sample")
     deps = HookDeps(gates={"CPUSetAllocator": True, "GroupIdentity": True}, probes={"cpu_bvt_warp_ns": True},
                     nodeslo=lambda: holder.current().spec, shared_pools=Pools(POOLS))
-    hooks = [h for h in build_hooks(deps) if h.name == "cpuset"]
-    if not any(h.host_app_fn is not None for h in build_hooks(deps) if h.name == "groupidentity"):
-        hooks.append(Hook("groupidentity-hostapp", "", frozenset(), lambda ctx: None,
-                          host_app_fn=functools.partial(hostapp.run, deps)))
-    else:
-        hooks += [h for h in build_hooks(deps) if h.name == "groupidentity"]
+    hooks = [h for h in build_hooks(deps) if h.name in ("cpuset", "groupidentity")]
     targets = [*host_app_targets(holder, CgroupDriver.CGROUPFS, "")(), YARN]
     for target in targets:
         fake_host.mkdir_cgroup(target.rel_dir)

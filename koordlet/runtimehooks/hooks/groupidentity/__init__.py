@@ -32,6 +32,8 @@ supported").  With the rule enabled, the sysctl ``kernel.sched_group_identity_en
 kernel has it (Anolis >= 26.4 switches bvt off by default; upstream ``initSysctl``), through the sysctl
 executor; switching the rule off leaves it on, as upstream does, and writes the 0s.
 
+Host applications (NodeSLO ``hostApplications``): every reconciler round through :mod:`.hostapp`.
+
 Host support: ``cpu.bvt_warp_ns`` exists only on Anolis kernels (probe ``cpu_bvt_warp_ns``).  Elsewhere
 (this project's test host) the nearest thing the kernel offers is ``cpu.idle`` (>= 5.15, probe
 ``cpu_idle``): a BE pod whose value is -1 ("lowest, yield to everyone") gets ``cpu.idle = 1``
@@ -180,10 +182,11 @@ def run(deps: HookDeps, ctx: HookContext) -> None:
 
 
 def new(deps: HookDeps) -> Hook:
-    from koordlet.runtimehooks.hooks.groupidentity import kubeqos
+    from koordlet.runtimehooks.hooks.groupidentity import hostapp, kubeqos
 
     return Hook(NAME, "pod cpu.bvt_warp_ns by QoS class (cpu.idle=1 for BE where bvt is missing)", STAGES,
-                functools.partial(run, deps), node_fn=functools.partial(kubeqos.run, deps))
+                functools.partial(run, deps), node_fn=functools.partial(kubeqos.run, deps),
+                host_app_fn=functools.partial(hostapp.run, deps))
 
 
 # No registration gate: the hook checks its gate itself, per request, with the NodeSLO policy and the host
