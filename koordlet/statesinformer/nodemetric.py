@@ -42,6 +42,7 @@ from koordlet.apis.nodemetric import (
     NodeMetricCollectPolicy,
     NodeMetricInfo,
     NodeMetricStatus,
+    PeakMetric,
     PodMetricInfo,
     ReclaimableMetric,
     ResourceMap,
@@ -111,6 +112,10 @@ class ProdPredictor(Protocol):
         """An object with ``cpu_milli`` and ``memory_bytes``; raises when there is no prediction."""
         ...
 
+    def peak(self) -> Any:
+        """The predicted prod peak, the same shape; raises when there is no prediction."""
+        ...
+
 
 ProdPredictorFactory = Callable[[float], ProdPredictor]
 """Makes the predictor for the round at ``now`` (epoch seconds)."""
@@ -123,6 +128,15 @@ def _prod_reclaimable(predictor: ProdPredictor) -> ReclaimableMetric:
         log.warning("prod reclaimable prediction unavailable", extra={"error": str(exc)})
         return ReclaimableMetric(ResourceMap())
     return ReclaimableMetric(ResourceMap(cpu_milli=int(result.cpu_milli), memory_bytes=int(result.memory_bytes)))
+
+
+def _prod_peak(predictor: ProdPredictor) -> PeakMetric | None:
+    try:
+        peak = predictor.peak()
+    except Exception as exc:  # upstream leaves prodPeakMetric out and goes on
+        log.warning("prod peak prediction unavailable", extra={"error": str(exc)})
+        return None
+    return PeakMetric(ResourceMap(cpu_milli=int(peak.cpu_milli), memory_bytes=int(peak.memory_bytes)))
 
 # --- end prodReclaimableMetric ------------------------------------------------------------------------------
 
@@ -247,8 +261,9 @@ def build_node_metric(
                 except Exception as exc:
                     log.debug("pod not predicted", extra={"pod": meta.pod.key, "error": str(exc)})
     reclaimable = _prod_reclaimable(predictor) if predictor is not None else None
+    peak = _prod_peak(predictor) if predictor is not None else None
     return NodeMetricStatus(update_time=now, node_metric=node, pods_metric=tuple(pods),
-                            prod_reclaimable_metric=reclaimable,
+                            prod_reclaimable_metric=reclaimable, prod_peak_metric=peak,
                             host_application_metric=host_app_metrics(
                                 cache, host_apps, policy.node_memory_collect_policy, seconds, now))
 

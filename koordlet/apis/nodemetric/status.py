@@ -308,6 +308,26 @@ class ReclaimableMetric:
 
 
 @dataclass(frozen=True, slots=True)
+class PeakMetric:
+    """``PeakMetric{resource}``: the predicted peak of prod pods (system usage included, safety margin applied,
+    requests of pods without a prediction counted in)."""
+
+    resource: ResourceMap
+
+    def to_json(self) -> dict[str, Any]:
+        return {"resource": self.resource.to_json()}
+
+
+def _resource_member(obj: Mapping[str, Any], key: str, where: str) -> ResourceMap | None:
+    """``obj[key].resource`` of a ReclaimableMetric or PeakMetric; None when ``key`` is absent."""
+    value = member(obj, key)
+    if value is None:
+        return None
+    return ResourceMap.from_json(member(gojson.mapping(value, f"{where}.{key}", optional=False), "resource"),
+                                 f"{where}.{key}.resource")
+
+
+@dataclass(frozen=True, slots=True)
 class NodeMetricStatus:
     """``NodeMetricStatus``; the fields koordlet fills every report interval."""
 
@@ -316,6 +336,7 @@ class NodeMetricStatus:
     node_metric: NodeMetricInfo | None = None
     pods_metric: tuple[PodMetricInfo, ...] = ()
     prod_reclaimable_metric: ReclaimableMetric | None = None
+    prod_peak_metric: PeakMetric | None = None
     host_application_metric: tuple[HostApplicationMetricInfo, ...] = ()
     """Usage of the NodeSLO's host applications, by name."""
 
@@ -329,6 +350,8 @@ class NodeMetricStatus:
             out["podsMetric"] = [p.to_json() for p in self.pods_metric]
         if self.prod_reclaimable_metric is not None:
             out["prodReclaimableMetric"] = self.prod_reclaimable_metric.to_json()
+        if self.prod_peak_metric is not None:
+            out["prodPeakMetric"] = self.prod_peak_metric.to_json()
         if self.host_application_metric:
             out["hostApplicationMetric"] = [a.to_json() for a in self.host_application_metric]
         return out
@@ -344,7 +367,8 @@ class NodeMetricStatus:
         except ValueError as exc:
             raise ParseError(f"{where}.updateTime: {exc}") from None
         node_metric = member(obj, "nodeMetric")
-        reclaimable = member(obj, "prodReclaimableMetric")
+        reclaimable = _resource_member(obj, "prodReclaimableMetric", where)
+        peak = _resource_member(obj, "prodPeakMetric", where)
         return cls(
             update_time=when,
             node_metric=NodeMetricInfo.from_json(node_metric, f"{where}.nodeMetric") if node_metric is not None
@@ -352,9 +376,8 @@ class NodeMetricStatus:
             pods_metric=tuple(PodMetricInfo.from_json(item, f"{where}.podsMetric[{i}]")
                               for i, item in enumerate(gojson.array(member(obj, "podsMetric"),
                                                                     f"{where}.podsMetric"))),
-            prod_reclaimable_metric=ReclaimableMetric(ResourceMap.from_json(
-                member(gojson.mapping(reclaimable, f"{where}.prodReclaimableMetric", optional=False), "resource"),
-                f"{where}.prodReclaimableMetric.resource")) if reclaimable is not None else None,
+            prod_reclaimable_metric=ReclaimableMetric(reclaimable) if reclaimable is not None else None,
+            prod_peak_metric=PeakMetric(peak) if peak is not None else None,
             host_application_metric=tuple(
                 HostApplicationMetricInfo.from_json(item, f"{where}.hostApplicationMetric[{i}]")
                 for i, item in enumerate(gojson.array(member(obj, "hostApplicationMetric"),

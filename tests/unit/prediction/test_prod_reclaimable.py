@@ -16,6 +16,8 @@ koordlet.prediction's code:
   Per class: unReclaimable = ``int((sys + prod + none) x 1.1)`` on p95 CPU / p98 memory; result =
   min(max(allocatable - unReclaimable, 0), max(prod requests - unReclaimable, 0)).  The reported value is the
   minimum of both; a pod younger than 24 h contributes nothing reclaimable.
+* ``prodPeakMetric`` (``GetPeak``): per pod, the sum of the peaks plus the requests of young pods; per class,
+  unReclaimable; the reported peak is the larger of both.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from koordlet.apis.nodemetric import NodeMetricCollectPolicy, format_time
+from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus, format_time
 from koordlet.apis.pod import Container, Pod, Resources
 from koordlet.metriccache import names
 from koordlet.metriccache.aggregate import Aggregate
@@ -198,8 +200,10 @@ def test_prod_reclaimable_equals_upstream_predictor(case: Case, tmp_path: Path) 
     margin = 110 / 100
     reclaimable = [0, 0]
     unreclaimable = [0, 0]
+    unpredicted = [0, 0]
     for hist, request, young in ((web_hist, WEB_REQUEST, False), (api_hist, API_REQUEST, case.api_young)):
         if young:
+            unpredicted = [unpredicted[k] + request[k] for k in (0, 1)]
             continue
         p = peak(hist)
         for k in (0, 1):
@@ -225,6 +229,12 @@ def test_prod_reclaimable_equals_upstream_predictor(case: Case, tmp_path: Path) 
     if case.api_young:
         assert expected[0] <= WEB_REQUEST[0], "only web's request is reclaimable"
 
+    expected_peak = tuple(max(unreclaimable[k] + unpredicted[k], class_unreclaimable[k]) for k in (0, 1))
+    assert status.prod_peak_metric is not None
+    peak_got = status.prod_peak_metric.resource
+    assert (peak_got.cpu_milli, peak_got.memory_bytes) == expected_peak
+    assert NodeMetricStatus.from_json(status.to_json()) == status  # the wire form carries both
+
 
 def test_without_allocatable_the_metric_is_empty(tmp_path: Path) -> None:
     cache = ScriptedCache({})
@@ -234,8 +244,9 @@ def test_without_allocatable_the_metric_is_empty(tmp_path: Path) -> None:
     status = build_node_metric(cache, informer, NodeMetricCollectPolicy(), START, factory(server, lambda: None))
     assert status.prod_reclaimable_metric is not None
     assert status.prod_reclaimable_metric.to_json() == {"resource": {}}
+    assert status.prod_peak_metric is not None, "upstream's peak needs no allocatable"
 
 
 def test_without_a_factory_the_metric_is_left_out() -> None:
     status = build_node_metric(ScriptedCache({}), Pods([]), NodeMetricCollectPolicy(), START)
-    assert "prodReclaimableMetric" not in status.to_json()
+    assert "prodReclaimableMetric" not in status.to_json() and "prodPeakMetric" not in status.to_json()
