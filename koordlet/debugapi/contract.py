@@ -40,6 +40,11 @@ Read-only endpoints (GET):
     regular file of the cgroup directory in each hierarchy (content capped at 64 KiB per file).
 ``/v1/probes``
     ``{"probes": [{"name", "supported": bool, "reason"}]}``
+``/v1/profile?seconds=<s>[&interval_ms=<ms>]`` (default 10 s every 10 ms; at most 120 s)
+    Answers after ``seconds``: ``{"seconds", "interval_seconds", "samples", "cpu_seconds",
+    "collapsed": {"thread;outer;...;inner": <CPU microseconds>}, "top_self": [{"function", "cpu_seconds"}],
+    "top_total": [...]}`` - where the daemon's CPU went, per Python stack (:mod:`koordlet.debugapi.profiler`).
+    409 while another profile runs.
 
 Admin endpoints (POST, explicit actions only):
 
@@ -78,6 +83,7 @@ HOOKS: Final = "/v1/hooks"
 EVICTIONS: Final = "/v1/evictions"
 CGROUP: Final = "/v1/cgroup"
 PROBES: Final = "/v1/probes"
+PROFILE: Final = "/v1/profile"
 ADMIN_LOG_LEVEL: Final = "/v1/admin/log-level"
 
 DEFAULT_METRICS_WINDOW_SECONDS: Final = 60

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl
 
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.config import gates
-from koordlet.debugapi import contract
+from koordlet.debugapi import contract, profiler
 from koordlet.debugapi.cgroupview import CgroupView
 from koordlet.errors import KoordletError
 from koordlet.metriccache import names
@@ -237,6 +237,28 @@ def probes(sources: DebugSources, request: Request) -> dict[str, Any]:
     return {"probes": [_probe_json(p) for p in sources.probes()]}
 
 
+def _float_param(request: Request, name: str, default: float) -> float:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"{name}: not a number: {text!r}") from None
+
+
+def profile(sources: DebugSources, request: Request) -> dict[str, Any]:
+    seconds = _float_param(request, "seconds", 10.0)
+    interval = _float_param(request, "interval_ms", profiler.DEFAULT_INTERVAL_SECONDS * 1000) / 1000
+    log.info("CPU profile started through the debug API", extra={"seconds": seconds})
+    try:
+        return profiler.take(seconds, interval).to_json()
+    except ValueError as exc:
+        raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+    except profiler.ProfileBusy as exc:
+        raise ApiError(HTTPStatus.CONFLICT, str(exc)) from None
+
+
 def log_level(sources: DebugSources, request: Request) -> dict[str, Any]:
     body = request.body
     level = body.get("level") if isinstance(body, dict) else None
@@ -268,6 +290,7 @@ ROUTES: Final[Mapping[str, Route]] = {
     contract.EVICTIONS: Route("GET", evictions, frozenset({"limit"})),
     contract.CGROUP: Route("GET", cgroup, frozenset({"pod", "container"})),
     contract.PROBES: Route("GET", probes),
+    contract.PROFILE: Route("GET", profile, frozenset({"seconds", "interval_ms"})),
     contract.ADMIN_LOG_LEVEL: Route("POST", log_level),
 }
 

@@ -307,6 +307,50 @@ def _add_pod(parser: argparse.ArgumentParser) -> None:
                         help="a container of the pod (default: the pod's own cgroup)")
 
 
+# --- profile ------------------------------------------------------------------------------------------
+
+PROFILE_TOP: Final = 15
+"""Functions listed in each of the ``profile`` tables."""
+
+
+def fetch_profile(client: DebugClient, args: argparse.Namespace) -> Document:
+    """Waits the profile's window out (the client's timeout grows with it); ``--folded FILE`` also writes the
+    collapsed stacks there, one ``stack microseconds`` line each (flamegraph.pl, speedscope)."""
+    slow = DebugClient(client.socket_path, client.timeout_seconds + args.seconds)
+    doc = slow.get(contract.PROFILE, seconds=args.seconds, interval_ms=args.interval_ms)
+    if args.folded:
+        collapsed = doc.get("collapsed")
+        lines = [f"{stack} {value}" for stack, value in collapsed.items()] if isinstance(collapsed, dict) else []
+        with open(args.folded, "w", encoding="utf-8") as out:
+            out.write("".join(line + "\n" for line in lines))
+    return doc
+
+
+def profile_table(doc: Document, now: float) -> str:
+    cpu = doc.get("cpu_seconds")
+    seconds = doc.get("seconds")
+    share = f"{cpu / seconds:.1%} of one core" if isinstance(cpu, float) and isinstance(seconds, float | int) \
+        and seconds else "-"
+    head = _fields([("Window", f"{render.text(seconds)} s"), ("Samples", render.text(doc.get("samples"))),
+                    ("CPU", f"{render.text(cpu)} s ({share})")])
+    parts = [head]
+    for key, title in (("top_self", "SELF-CPU"), ("top_total", "TOTAL-CPU")):
+        rows = ((f"{float(f.get('cpu_seconds') or 0):.3f}", render.text(f.get("function")))
+                for f in _items(doc, key)[:PROFILE_TOP])
+        parts.append(render.table((title, "FUNCTION"), rows))
+    return "\n".join(parts)
+
+
+def _add_profile(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seconds", type=positive_int, metavar="N", default=10,
+                        help="how long to sample (default 10, at most 120)")
+    parser.add_argument("--interval-ms", type=positive_int, metavar="MS", default=10, dest="interval_ms",
+                        help="time between samples (default 10)")
+    parser.add_argument("--folded", metavar="FILE", default=None,
+                        help="also write the collapsed stacks (CPU microseconds) to FILE, for flamegraph.pl or "
+                             "speedscope")
+
+
 def _simple(path: str, **query_args: str) -> Callable[[DebugClient, argparse.Namespace], Document]:
     """Fetch ``path`` with the query parameters named by ``query_args`` (query name -> attribute of args)."""
 
@@ -333,4 +377,6 @@ COMMANDS: Final[tuple[Command, ...]] = (
             _simple(contract.EVICTIONS, limit="limit"), evictions_table, _add_limit),
     Command("cgroup", "every cgroup file of a pod or container, as koordlet reads it",
             fetch_cgroup, cgroup_table, _add_pod),
+    Command("profile", "where the daemon's CPU goes: sample its threads for N seconds",
+            fetch_profile, profile_table, _add_profile),
 )

@@ -119,9 +119,17 @@ CGROUP_DOC: dict[str, Any] = {
               "memory/memory.stat": "cache 4096\nrss 8192\n"},
 }
 
+PROFILE_DOC: dict[str, Any] = {
+    "seconds": 2.0, "interval_seconds": 0.01, "samples": 180, "cpu_seconds": 0.05,
+    "collapsed": {"qos;koordlet.qosmanager.manager.Manager.run": 40000, "advisor;koordlet.native.read": 10000},
+    "top_self": [{"function": "koordlet.qosmanager.manager.Manager.run", "cpu_seconds": 0.04},
+                 {"function": "koordlet.native.read", "cpu_seconds": 0.01}],
+    "top_total": [{"function": "koordlet.qosmanager.manager.Manager.run", "cpu_seconds": 0.04}],
+}
 DOCUMENTS: dict[str, dict[str, Any]] = {
     contract.STATUS: STATUS_DOC, contract.PODS: PODS_DOC, contract.METRICS: METRICS_DOC, contract.SLO: SLO_DOC,
     contract.QOS: QOS_DOC, contract.HOOKS: HOOKS_DOC, contract.EVICTIONS: EVICTIONS_DOC,
+    contract.PROFILE: PROFILE_DOC,
 }
 
 # command argv -> (path asked, document answered)
@@ -134,6 +142,7 @@ CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
     "hooks": (["hooks"], HOOKS_DOC),
     "evictions": (["evictions"], EVICTIONS_DOC),
     "cgroup": (["cgroup", "default/web", "nginx"], CGROUP_DOC),
+    "profile": (["profile", "--seconds", "2"], PROFILE_DOC),
 }
 
 
@@ -246,6 +255,19 @@ def test_long_output_flag(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> N
 
 
 # --- tables -------------------------------------------------------------------------------------------
+
+def test_profile_table_and_folded_file(api: FakeApi, capsys: pytest.CaptureFixture[str], short_dir: Path) -> None:
+    folded = short_dir / "cpu.folded"
+    code, out, _ = koordctl(api, "profile", "--seconds", "2", "--interval-ms", "5", "--folded", str(folded),
+                            capsys=capsys)
+    assert code == 0
+    assert api.requests[-1] == (contract.PROFILE, {"seconds": "2", "interval_ms": "5"})
+    assert "2.5% of one core" in out
+    assert section(out, "SELF-CPU")[1:] == [["0.040", "koordlet.qosmanager.manager.Manager.run"],
+                                          ["0.010", "koordlet.native.read"]]
+    assert folded.read_text() == ("qos;koordlet.qosmanager.manager.Manager.run 40000\n"
+                                  "advisor;koordlet.native.read 10000\n")
+
 
 def test_status_table(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = koordctl(api, "status", capsys=capsys)
