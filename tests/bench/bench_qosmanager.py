@@ -1,14 +1,15 @@
-"""CPU time of one QoS manager round over 1,000 containers (issue 4 target: <= 10 ms).
+"""CPU time of one QoS manager round over 1,000 containers, this tree against the base commit (issue 22 target:
+ratio <= 0.5, twice as fast).
 
-Builds a real cgroup v1 tree under a unique prefix (500 pods x 2 containers by default, a third each in
-kubepods/besteffort, kubepods/burstable and kubepods), feeds the metric cache one fresh sample per node,
-pod and container series per round, and runs every strategy enabled (cpusuppress with the cpuset policy
-active, cpuburst auto, cpuevict and memoryevict below their thresholds, cgreconcile) through the real
-resource executor and audit log.  It prints the CPU time (``time.process_time``) of the first round,
-which writes everything, and of the steady rounds, per strategy and in all, side by side with the
-target.  Everything it made is removed at the end.  Run as root:
+Each side (:mod:`tests.bench.ab`: the base commit's ``koordlet`` and this tree's, in two worker processes, batches
+interleaved) builds a real cgroup v1 tree under a unique prefix (500 pods x 2 containers by default, a third each
+in kubepods/besteffort, kubepods/burstable and kubepods), feeds its metric cache one fresh sample per node, pod
+and container series per round, and runs every strategy enabled (cpusuppress with the cpuset policy active,
+cpuburst auto, cpuevict and memoryevict below their thresholds, cgreconcile) through the real resource executor
+and audit log.  It prints each side's CPU time (``time.process_time``) per steady round and the ratio of the
+medians last; per strategy figures go to stderr.  Everything it made is removed at the end.  Run as root:
 
-    python -m tests.bench.bench_qosmanager [--pods 500] [--containers 2] [--rounds 60] [--check]
+    python -m tests.bench.bench_qosmanager [--pods 500] [--containers 2] [--rounds 10] [--batches 8] [--check]
 """
 
 from __future__ import annotations
@@ -45,9 +46,12 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS
 from koordlet.system.layout import detect_layout
 from koordlet.system.node import read_node_info
+from tests.bench import ab
 from tests.bench.bench_daemon import build_tree, remove_tree
+from tests.bench.ratio import Ratio, report
 
-TARGET_MS = 10.0
+TARGET_RATIO = 0.5
+"""Issue 22: twice as fast as the base commit."""
 GIB = 1 << 30
 NODESLO = {
     "resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cpuset",
@@ -57,16 +61,6 @@ NODESLO = {
     "resourceQOSStrategy": {"lsClass": {"memoryQOS": {"enable": True}}, "beClass": {"memoryQOS": {"enable": True}}},
 }
 GATES = {"BECPUSuppress": True, "CPUBurst": True, "BECPUEvict": True, "BEMemoryEvict": True, "CgroupReconcile": True}
-
-
-def reference_loop() -> float:
-    """CPU seconds of a fixed pure-Python workload, timed after every round: this VM's speed drifts
-    by half between runs, and round/reference shows whether a slow median is the code or the host."""
-    started = time.process_time()
-    total = 0
-    for i in range(100_000):
-        total += i & 7
-    return time.process_time() - started
 
 
 class Timed:
@@ -153,75 +147,86 @@ def feed(cache: MetricCache, pods: tuple[PodMeta, ...], now: float, round_no: in
     cache.append_many(samples)
 
 
+class QoSRig:
+    """One side of the A/B run: its own cgroup tree, metric cache, executor and QoS manager over ``pods`` x
+    ``containers``; the first round (which writes everything) is run at construction, each :meth:`measure` runs
+    ``rounds`` steady rounds and returns their CPU seconds."""
+
+    def __init__(self, pods: int, containers: int, rounds: int) -> None:
+        native.configure_fd_budget()
+        self.rounds = rounds
+        self.prefix = f"koordlet-bench-qos-{os.getpid()}-{secrets.token_hex(3)}"
+        self.created, leaves = build_tree(self.prefix, pods, containers)
+        self.tmp = tempfile.TemporaryDirectory(prefix="koordlet-bench-qos-")
+        self.clock_now = [time.time()]
+        layout = detect_layout(HostPaths())
+        self.pods = pod_metas(self.prefix, leaves)
+        self.cache = MetricCache(CacheSettings(path=Path(self.tmp.name) / "metrics.db"), self.clock)
+        audit = AuditLog(Path(self.tmp.name) / "audit")
+        executor = ResourceExecutor(layout, time.monotonic, audit)
+        evictor = Evictions(DryRunBackend(), self.clock, audit)
+        self.options = Options(layout=layout, driver=CgroupDriver.CGROUPFS, informer=Informer(self.pods),
+                               cache=self.cache, executor=executor, evictor=evictor,
+                               reader=CgroupReader(layout), config=QoSManagerConfig(), collector=CollectorConfig(),
+                               gates=GATES, clock=self.clock, decisions=DecisionLog(), kube_parent=self.prefix)
+        self.totals: dict[str, list[float]] = defaultdict(list)
+        strategies = [Timed(s, self.totals) for s in build_strategies(self.options)]
+        holder = NodeSLOHolder()
+        assert holder.offer_spec(NODESLO, "bench"), holder.current().rejected
+        self.manager = QoSManager(self.options, strategies, holder)
+        self.round_no = 0
+        gc.freeze()  # as the daemon does once its components started (koordlet/daemon/lifecycle.py)
+        self.first = self._round()
+
+    def clock(self) -> float:
+        return self.clock_now[0]
+
+    def _round(self) -> float:
+        self.clock_now[0] += 1.0
+        feed(self.cache, self.pods, self.clock_now[0], self.round_no)
+        self.round_no += 1
+        started = time.process_time()
+        self.manager.run_once(force=True)
+        return time.process_time() - started
+
+    def measure(self) -> list[float]:
+        return [self._round() for _ in range(self.rounds)]
+
+    def close(self) -> None:
+        try:
+            containers = sum(len(p.containers) for p in self.pods)
+            print(f"  {containers} containers in {len(self.pods)} pods; first round {self.first * 1000:.2f} ms CPU")
+            for name, values in self.totals.items():
+                ms = [v * 1000 for v in values[1:]]
+                print(f"    {name:12s} median {statistics.median(ms):6.2f} ms   first {values[0] * 1000:7.2f} ms")
+            for name, decision in self.options.decisions.latest().items():
+                print(f"    {name:12s} {decision.action}: {decision.summary}")
+            self.cache.close()
+            self.tmp.cleanup()
+        finally:
+            remove_tree(self.created)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--containers", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=60)
-    parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
+    parser.add_argument("--rounds", type=int, default=10, help="steady rounds per batch")
+    parser.add_argument("--batches", type=int, default=8, help="batches per side, interleaved")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the ratio misses its target")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_qosmanager: needs root to create cgroups", file=sys.stderr)
         return 2
-    native.configure_fd_budget()
-    prefix = f"koordlet-bench-qos-{os.getpid()}-{secrets.token_hex(3)}"
-    created, leaves = build_tree(prefix, args.pods, args.containers)
-    try:
-        with tempfile.TemporaryDirectory(prefix="koordlet-bench-qos-") as tmp:
-            clock_now = [time.time()]
-
-            def clock() -> float:
-                return clock_now[0]
-
-            layout = detect_layout(HostPaths())
-            pods = pod_metas(prefix, leaves)
-            cache = MetricCache(CacheSettings(path=Path(tmp) / "metrics.db"), clock)
-            audit = AuditLog(Path(tmp) / "audit")
-            executor = ResourceExecutor(layout, time.monotonic, audit)
-            options = Options(layout=layout, driver=CgroupDriver.CGROUPFS, informer=Informer(pods), cache=cache,
-                              executor=executor, evictor=Evictions(DryRunBackend(), clock, audit),
-                              reader=CgroupReader(layout), config=QoSManagerConfig(), collector=CollectorConfig(),
-                              gates=GATES, clock=clock, decisions=DecisionLog(), kube_parent=prefix)
-            totals: dict[str, list[float]] = defaultdict(list)
-            strategies = [Timed(s, totals) for s in build_strategies(options)]
-            holder = NodeSLOHolder()
-            assert holder.offer_spec(NODESLO, "bench"), holder.current().rejected
-            manager = QoSManager(options, strategies, holder)
-            containers = sum(len(p.containers) for p in pods)
-            # As the daemon does once its components started (koordlet/daemon/lifecycle.py).
-            gc.freeze()
-
-            rounds: list[float] = []
-            references: list[float] = []
-            for n in range(args.rounds + 1):
-                clock_now[0] += 1.0
-                feed(cache, pods, clock_now[0], n)
-                started = time.process_time()
-                manager.run_once(force=True)
-                rounds.append(time.process_time() - started)
-                references.append(reference_loop())
-            first, steady = rounds[0] * 1000, [r * 1000 for r in rounds[1:]]
-            median = statistics.median(steady)
-            p90 = statistics.quantiles(steady, n=10)[-1]
-            print(f"qosmanager round over {containers} containers in {len(pods)} pods "
-                  f"(real cgroup v1 tree, {args.rounds} steady rounds)")
-            print(f"  first round (writes everything): {first:8.2f} ms CPU")
-            print(f"  steady round: median {median:.2f} ms, p90 {p90:.2f} ms, max {max(steady):.2f} ms CPU")
-            for name, values in totals.items():
-                ms = [v * 1000 for v in values[1:]]
-                print(f"    {name:12s} median {statistics.median(ms):6.2f} ms   first {values[0] * 1000:7.2f} ms")
-            for name, decision in options.decisions.latest().items():
-                print(f"    {name:12s} {decision.action}: {decision.summary}")
-            ratio = median / TARGET_MS
-            reference = statistics.median(references) * 1000
-            relative = statistics.median(r / q for r, q in zip(rounds[1:], references[1:], strict=True))
-            print(f"  reference loop (machine speed, run after each round): median {reference:.2f} ms CPU; "
-                  f"round/reference median {relative:.2f}")
-            print(f"  ratio median/target = {ratio:.2f} (target <= 1.0: {TARGET_MS:.0f} ms)")
-            cache.close()
-            return 1 if args.check and ratio > 1.0 else 0
-    finally:
-        remove_tree(created)
+    result = ab.interleave("tests.bench.bench_qosmanager:QoSRig",
+                           {"pods": args.pods, "containers": args.containers, "rounds": args.rounds}, args.batches)
+    for label, samples in (("base", result.base), ("this tree", result.current)):
+        ms = sorted(v * 1000 for v in samples)
+        print(f"qosmanager steady round, {label}: median {statistics.median(ms):.2f} ms CPU, "
+              f"p90 {statistics.quantiles(ms, n=10)[-1]:.2f} ms ({len(ms)} rounds)")
+    return report([Ratio("qosmanager round", result.ratio, TARGET_RATIO,
+                         f"median CPU per round over {args.pods * args.containers} containers, this tree / "
+                         f"base {ab.BASE_COMMIT[:7]}")], args.check)
 
 
 if __name__ == "__main__":
