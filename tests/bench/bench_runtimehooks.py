@@ -1,5 +1,5 @@
 """Latency of a runtime hook request as the runtime sees it, against the floor of its transport (issue 22
-target: RuntimeHookService p99 / bare gRPC echo p99 <= 1.5).
+targets: NRI p99 / bare ttrpc echo p99 <= 1.5, RuntimeHookService p99 / bare gRPC echo p99 <= 1.5).
 
 Two transports, each served by a child process (``multiprocessing`` spawn) so every round trip crosses a
 real unix socket between two processes, as with containerd or koord-runtime-proxy, and the two sides do
@@ -10,9 +10,10 @@ not share an event loop or a GIL:
      answers ``CreateContainer`` with a ``ContainerAdjustment``;
   b  RuntimeHookService: the child runs :class:`~koordlet.runtimehooks.hookserver.server.HookServer`; this
      process calls ``PreCreateContainerHook`` through the generated gRPC stub, as the proxy does;
-  c  its floor: a child with a gRPC server built as the hook server's (thread pool, options, limits) that answers
-     an empty response at once.  b and c are timed in interleaved batches, and the ratio of their p99 is the
-     verdict.
+  c  the floors: for NRI a child on the same ttrpc mux session that registers and answers every request with an
+     empty message at once (behind a runtime of its own); for the RuntimeHookService a child with a gRPC server
+     built as the hook server's (thread pool, options, limits) that does the same.  Each transport and its
+     floor are timed in interleaved batches, and the ratio of their p99 is the verdict.
 
 Both children run the daemon's hook list (``build_hooks`` under the default feature gates, a hook metrics
 histogram as in the daemon), freeze the heap with ``gc.freeze`` once started as the daemon does, and hand
@@ -61,8 +62,8 @@ from tests.bench.ratio import Ratio, report
 
 TARGETS_MS = {"NRI CreateContainer": 5.0, "RuntimeHookService PreCreateContainerHook": 2.0}
 """The earlier issue's absolute targets, printed for scale only."""
-RHS_ECHO_TARGET = 1.5
-"""Issue 22: the hook call's p99 within 1.5x the p99 of a bare echo over the same server setup."""
+ECHO_TARGET = 1.5
+"""Issue 22: a hook call's p99 within 1.5x the p99 of a bare echo over the same transport."""
 GI = 1 << 30
 MI = 1 << 20
 BE_SPEC = json.dumps({"containers": {"main": {
@@ -114,6 +115,29 @@ def serve_nri(socket_path: str) -> None:
         await asyncio.sleep(0)
         gc.freeze()
         await task
+
+    asyncio.run(main())
+
+
+def serve_nri_echo(socket_path: str) -> None:
+    """Child entry: the floor of the NRI call - a plugin on the same ttrpc mux session that registers, asks
+    for the real plugin's events, and answers every request with an empty message at once, without decoding it."""
+    from koordlet.runtimehooks.nri.plugin import RUNTIME_SERVICE, event_mask
+    from koordlet.runtimehooks.nri.ttrpc import MuxSession
+
+    configure = nri_pb2.ConfigureResponse(events=event_mask(hook_runner())).SerializeToString()
+
+    async def answer(service: str, method: str, payload: bytes) -> bytes:
+        return configure if method == "Configure" else b""
+
+    async def main() -> None:
+        reader, writer = await asyncio.open_unix_connection(socket_path)
+        session = MuxSession(reader, writer, answer)
+        serving = asyncio.create_task(session.run())
+        request = nri_pb2.RegisterPluginRequest(plugin_name="echo", plugin_idx="99")
+        await session.call(RUNTIME_SERVICE, "RegisterPlugin", request.SerializeToString(), 5.0)
+        gc.freeze()
+        await serving
 
     asyncio.run(main())
 
@@ -271,43 +295,58 @@ def stop_child(process: Any) -> None:
         process.join(5)
 
 
-def bench_nri(ctx: Any, tmp: str, n: int, warmup: int) -> Run:
+def bench_nri(ctx: Any, tmp: str, n: int, warmup: int, batches: int) -> tuple[Run, Run]:
+    """The NRI plugin and its floor (:func:`serve_nri_echo`), each behind a runtime of its own in this process,
+    requests in interleaved batches: (NRI CreateContainer, echo)."""
     from tests.fixtures.fakenri import FakeNriRuntime
 
-    socket_path = os.path.join(tmp, "nri.sock")
     requests = nri_requests()
-    child = ctx.Process(target=serve_nri, args=(socket_path,), name="bench-nri-plugin", daemon=True)
+    children = [ctx.Process(target=target, args=(os.path.join(tmp, f"{target.__name__}.sock"),),
+                            name=f"bench-{target.__name__}", daemon=True) for target in (serve_nri, serve_nri_echo)]
+    names = ("NRI CreateContainer", "bare ttrpc echo (same mux session)")
 
-    async def main() -> Run:
-        runtime = FakeNriRuntime(socket_path)
-        await runtime.start()
-        child.start()
+    async def main() -> tuple[Run, Run]:
+        runtimes = [FakeNriRuntime(os.path.join(tmp, f"{target.__name__}.sock"))
+                    for target in (serve_nri, serve_nri_echo)]
+        for runtime, child in zip(runtimes, children, strict=True):
+            await runtime.start()
+            child.start()
         try:
-            conn = await runtime.wait_ready(timeout=START_TIMEOUT)
-            for i in range(warmup):
-                await runtime.call(conn, "CreateContainer", requests[i % 2], nri_pb2.CreateContainerResponse)
-            check_nri(*[await runtime.call(conn, "CreateContainer", r, nri_pb2.CreateContainerResponse)
+            conns = [await runtime.wait_ready(timeout=START_TIMEOUT) for runtime in runtimes]
+            for runtime, conn in zip(runtimes, conns, strict=True):
+                for i in range(warmup):
+                    await runtime.call(conn, "CreateContainer", requests[i % 2], nri_pb2.CreateContainerResponse)
+            check_nri(*[await runtimes[0].call(conns[0], "CreateContainer", r, nri_pb2.CreateContainerResponse)
                         for r in requests])
-            latencies: list[float] = []
-            server_before, client_before = cpu_seconds(child.pid), time.process_time()
-            for i in range(n):
-                started = time.perf_counter()
-                await runtime.call(conn, "CreateContainer", requests[i % 2], nri_pb2.CreateContainerResponse)
-                latencies.append((time.perf_counter() - started) * 1000)
-            return Run("NRI CreateContainer", latencies, time.process_time() - client_before,
-                       cpu_seconds(child.pid) - server_before)
+            parts: list[list[Run]] = [[], []]
+            sides = list(range(2))
+            for b in range(batches):
+                for k in sides if b % 2 == 0 else list(reversed(sides)):
+                    latencies: list[float] = []
+                    server_before, client_before = cpu_seconds(children[k].pid), time.process_time()
+                    for i in range(max(2, n // batches)):
+                        started = time.perf_counter()
+                        await runtimes[k].call(conns[k], "CreateContainer", requests[i % 2],
+                                               nri_pb2.CreateContainerResponse)
+                        latencies.append((time.perf_counter() - started) * 1000)
+                    parts[k].append(Run(names[k], latencies, time.process_time() - client_before,
+                                        cpu_seconds(children[k].pid) - server_before))
+            return Run.merge(names[0], parts[0]), Run.merge(names[1], parts[1])
         finally:
-            # The plugin goes first, so the runtime's connection handlers end on EOF and not by cancellation.
-            stop_child(child)
-            for conn in runtime.live:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(conn.closed.wait(), 5)
-            await runtime.stop()
+            # The plugins go first, so the runtimes' connection handlers end on EOF and not by cancellation.
+            for child in children:
+                stop_child(child)
+            for runtime in runtimes:
+                for conn in runtime.live:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(conn.closed.wait(), 5)
+                await runtime.stop()
 
     try:
         return asyncio.run(main())
     finally:
-        stop_child(child)
+        for child in children:
+            stop_child(child)
 
 
 def bench_hookserver(ctx: Any, tmp: str, n: int, warmup: int, batches: int) -> tuple[Run, Run]:
@@ -390,8 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     ctx = multiprocessing.get_context("spawn")
     gc.freeze()
     with tempfile.TemporaryDirectory(prefix="kbrh-") as tmp:  # short: unix socket paths max 108 bytes
-        rhs, echo = bench_hookserver(ctx, tmp, args.requests, args.warmup, args.batches)
-        runs = [bench_nri(ctx, tmp, args.requests, args.warmup), rhs, echo]
+        nri, ttrpc_echo = bench_nri(ctx, tmp, args.requests, args.warmup, args.batches)
+        rhs, grpc_echo = bench_hookserver(ctx, tmp, args.requests, args.warmup, args.batches)
+        runs = [nri, ttrpc_echo, rhs, grpc_echo]
     nri_hooks, rhs_hooks = in_process_ms(max(args.requests // 4, 100))
 
     print(f"runtime hook round trips: {args.requests} sequential PreCreateContainer requests per transport "
@@ -403,12 +443,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{max(run.latencies):7.3f}      {run.client_cpu_ms:15.3f} {run.server_cpu_ms:7.3f}")
     print(f"  hooks alone, in process (convert + run + answer, median): NRI {nri_hooks:.3f} ms, "
           f"RuntimeHookService {rhs_hooks:.3f} ms")
-    for run in runs[:2]:
+    for run in (nri, rhs):
         target = TARGETS_MS[run.name]
         print(f"  {run.name}: p99 {run.percentile(99):.3f} ms, for scale against the earlier issue's {target:g} ms")
-    return report([Ratio("RuntimeHookService call", rhs.percentile(99) / echo.percentile(99), RHS_ECHO_TARGET,
-                         "p99 of PreCreateContainerHook / p99 of a bare gRPC echo, same server setup, interleaved")],
-                  args.check)
+    return report([
+        Ratio("NRI CreateContainer call", nri.percentile(99) / ttrpc_echo.percentile(99), ECHO_TARGET,
+              "p99 of CreateContainer / p99 of a bare ttrpc echo on the same mux, interleaved"),
+        Ratio("RuntimeHookService call", rhs.percentile(99) / grpc_echo.percentile(99), ECHO_TARGET,
+              "p99 of PreCreateContainerHook / p99 of a bare gRPC echo, same server setup, interleaved"),
+    ], args.check)
 
 
 if __name__ == "__main__":
