@@ -53,6 +53,7 @@ from koordlet.companion.descheduler.runner import Descheduler
 from koordlet.companion.extender import LoadAwareArgs, LoadAwareExtender, NodeStore, make_server
 from koordlet.companion.midresource import MidResult
 from koordlet.companion.noderesources import NodeInputs, NodeResources
+from koordlet.companion.podfields import pod_fields
 from koordlet.companion.ratelimit import (
     DEFAULT_BURST,
     DEFAULT_NODE_BURST,
@@ -543,7 +544,9 @@ class Companion:
             kube.ConfigMapWatcher(self._api, on_configmap, namespace=self.options.config_namespace,
                                   name=self.options.config_name),
             kube.NodeWatcher(self._api, on_node),
-            kube.ResourceWatcher(client.CoreV1Api(self._api).list_pod_for_all_namespaces, on_pod, name="pods"),
+            # Only the fields the companion reads are kept of each pod (a big cluster's pods would fill its memory).
+            kube.ResourceWatcher(client.CoreV1Api(self._api).list_pod_for_all_namespaces, on_pod, name="pods",
+                                 trim=pod_fields),
             kube.NodeMetricWatcher(self._api, on_nodemetric),
         ]
         self.topology.start(self._api)  # its writer thread (writes the nodes reporting here)

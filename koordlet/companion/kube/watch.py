@@ -8,9 +8,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import urllib3
 from kubernetes import client, watch
@@ -33,6 +33,10 @@ _Watch: Any = watch.Watch
 
 
 log = logging.getLogger(__name__)
+
+PAGE_SIZE: Final = 500
+"""Objects per list request, client-go's reflector default: a 150,000-pod list is 300 answers of bounded size
+instead of one of gigabytes held at once."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +95,14 @@ class ResourceWatcher:
         request_timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
         backoff_initial_seconds: float = 0.8,
         backoff_max_seconds: float = 30.0,
+        page_size: int = PAGE_SIZE,
+        trim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
+        """``page_size``: objects per list request (``limit``/``continue``); 0 lists all at once.  ``trim``: what
+        of each object is kept, cached and handed on (the rest is dropped as soon as it is decoded)."""
         self.name = name
+        self._page_size = page_size
+        self._trim = trim
         self._list_fn = list_fn
         self._list_kwargs = dict(list_kwargs or {})
         self._on_event = on_event
@@ -181,16 +191,46 @@ class ResourceWatcher:
                         extra={"watcher": self.name, "error": repr(exc), "retry_in_seconds": round(delay, 3)})
                 self._stop.wait(delay)
 
+    def _pages(self) -> Iterator[dict[str, Any] | None]:
+        """The list, page by page (client-go's pager).  A continue token that expired restarts it without pages,
+        as client-go's reflector falls back to a full list; None is yielded first: drop what came so far."""
+        token = ""
+        limit = self._page_size
+        while True:
+            kwargs = dict(self._list_kwargs)
+            if limit:
+                kwargs["limit"] = limit
+                if token:
+                    kwargs["_continue"] = token
+            try:
+                body = call_json(self._list_fn, timeout=self._request_timeout, **kwargs)
+            except KubeApiError as exc:
+                if exc.status != 410 or not token:
+                    raise
+                log.info("list continue token expired, listing without pages", extra={"watcher": self.name})
+                token, limit = "", 0
+                yield None
+                continue
+            yield body
+            token = str((body.get("metadata") or {}).get("continue") or "")
+            if not limit or not token:
+                return
+
     def _relist(self) -> None:
         self.lists += 1
-        body = call_json(self._list_fn, timeout=self._request_timeout, **self._list_kwargs)
-        kind = str(body.get("kind") or "").removesuffix("List")
         fresh: dict[tuple[str, str], dict[str, Any]] = {}
-        for item in body.get("items") or []:
-            # Built-in lists leave kind/apiVersion to the list; callbacks get complete objects.
-            item.setdefault("kind", kind)
-            item.setdefault("apiVersion", body.get("apiVersion"))
-            fresh[_key(item)] = item
+        version = "0"
+        for body in self._pages():
+            if body is None:  # the pages so far were of an older snapshot
+                fresh.clear()
+                continue
+            kind = str(body.get("kind") or "").removesuffix("List")
+            for item in body.get("items") or []:
+                # Built-in lists leave kind/apiVersion to the list; callbacks get complete objects.
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", body.get("apiVersion"))
+                fresh[_key(item)] = self._trim(item) if self._trim is not None else item
+            version = str((body.get("metadata") or {}).get("resourceVersion") or "0")
         events: list[WatchEvent] = []
         with self._lock:
             for key, obj in fresh.items():
@@ -201,7 +241,7 @@ class ResourceWatcher:
                     events.append(WatchEvent("MODIFIED", obj, old))
             events.extend(WatchEvent("DELETED", old) for key, old in self._cache.items() if key not in fresh)
             self._cache = fresh
-            self._resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "0")
+            self._resource_version = version
         self._backoff.reset()
         for event in events:
             self._dispatch(event)
@@ -243,6 +283,8 @@ class ResourceWatcher:
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
             log.warning("unknown watch event ignored", extra={"watcher": self.name, "type": event_type})
             return
+        if self._trim is not None:
+            obj = self._trim(obj)
         key = _key(obj)
         with self._lock:
             old = self._cache.get(key)
