@@ -148,14 +148,7 @@ def serve_hookserver(socket_path: str, control: Connection) -> None:
 
     server = HookServer(hook_runner(), socket_path, None, applier=Applier(RecordingApply()))
     server.start()
-    gc.freeze()
-    control.send("ready")
-    try:
-        control.recv()
-    except EOFError:
-        pass
-    finally:
-        server.stop()
+    _ready_until_closed(control, server.stop)
 
 
 def serve_grpc_echo(socket_path: str, control: Connection) -> None:
@@ -176,6 +169,11 @@ def serve_grpc_echo(socket_path: str, control: Connection) -> None:
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"unix:{socket_path}")
     server.start()
+    _ready_until_closed(control, lambda: server.stop(None))
+
+
+def _ready_until_closed(control: Connection, stop: Callable[[], object]) -> None:
+    """Freezes the heap as the daemon does, says "ready", serves until the parent closes the pipe, then stops."""
     gc.freeze()
     control.send("ready")
     try:
@@ -183,7 +181,7 @@ def serve_grpc_echo(socket_path: str, control: Connection) -> None:
     except EOFError:
         pass
     finally:
-        server.stop(None)
+        stop()
 
 
 # --- requests --------------------------------------------------------------------------------------------
