@@ -387,6 +387,11 @@ class Companion:
         with self._lock:
             bound = self._pod_nodes.get((namespace, name))
         if bound != node:
+            # The pod watch may not hold the pod yet (a companion that just started is still listing; a pod the
+            # kubelet already runs may not have reached the watch): kube-apiserver decides.  Refusing here would
+            # make the koordlet walk on and evict its next candidate in this one's place.
+            bound = self._pod_node_from_api(namespace, name)
+        if bound != node:
             # One answer for a pod elsewhere and for no such pod: the caller learns nothing about other nodes.
             log.warning("eviction refused: pod not on the asking node",
                         extra={"pod": f"{namespace}/{name}", "node": node, "bound_to": bound or "no node"})
@@ -403,6 +408,22 @@ class Companion:
                 self.limiter.refund(node)
         return {kube.EvictionResult.EVICTED: "evicted", kube.EvictionResult.BLOCKED_BY_PDB: "blocked",
                 kube.EvictionResult.GONE: "gone"}[result]
+
+    def _pod_node_from_api(self, namespace: str, name: str) -> str | None:
+        """The node ``namespace/name`` is bound to, as kube-apiserver has it (None: no such pod); raises
+        KubeApiError when it cannot be asked."""
+        from kubernetes import client
+
+        from koordlet.companion.kube.client import REQUEST_TIMEOUT_SECONDS, KubeApiError, call_json
+
+        try:
+            pod = call_json(client.CoreV1Api(self._api).read_namespaced_pod, name, namespace,
+                            timeout=REQUEST_TIMEOUT_SECONDS)
+        except KubeApiError as err:
+            if err.status == 404:
+                return None
+            raise
+        return str((pod.get("spec") or {}).get("nodeName") or "") or None
 
     # --- node resources --------------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reco
                      ("grpc.max_reconnect_backoff_ms", 3000)]
 """kubelet's CRI client backoff (100 ms, up to 3 s): gRPC's default grows to 120 s, which would leave evictions
 failing for minutes after the runtime restarted."""
+UNREACHABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+"""The runtime did not answer: stopping any other pod's containers would fail the same way."""
 
 
 def _varint(value: int) -> bytes:
@@ -96,7 +98,8 @@ class CRIBackend:
                     continue
                 details = exc.details() if hasattr(exc, "details") else str(exc)
                 raise EvictionFailed(f"CRI StopContainer {container_id} of pod {pod.pod.key} on "
-                                     f"{self.endpoint}: {code}: {details}") from None
+                                     f"{self.endpoint}: {code}: {details}",
+                                     unreachable=code in UNREACHABLE_CODES) from None
             if not self._known(container_id):
                 unknown.append(container_id)
         if len(unknown) == len(ids):

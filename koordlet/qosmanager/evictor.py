@@ -41,7 +41,20 @@ backend failed silently, or the pod was re-created with the same UID); it may be
 
 
 class EvictionFailed(KoordletError, RuntimeError):
-    """The backend could not launch the eviction; the message says why."""
+    """The backend could not launch the eviction; the message says why.
+
+    ``unreachable``: the way to evict is down (the companion or the runtime did not answer, or could not act
+    now), so any other pod would fail the same; a strategy stops its walk instead of trying the next victim,
+    which would otherwise be evicted in this one's place the moment the way comes back."""
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+class EvictionUnreachable(EvictionFailed):
+    """Raised by :meth:`Evictions.evict` for an :class:`EvictionFailed` with ``unreachable`` set, after it
+    was logged and audited."""
 
 
 class Backend(Protocol):
@@ -139,7 +152,9 @@ class CompanionEvictionAPI:
         try:
             result = self._client.evict(namespace, name, reason, message)
         except KoordletError as exc:
-            raise EvictionFailed(str(exc)) from None
+            # PERMISSION_DENIED is about this pod (not on this node); any other failure is the companion's or
+            # kube-apiserver's and would refuse every pod alike.
+            raise EvictionFailed(str(exc), unreachable=getattr(exc, "code", "") != "PERMISSION_DENIED") from None
         if result == "blocked":
             raise EvictionFailed(f"eviction of {namespace}/{name} blocked by a PodDisruptionBudget; retried later")
 
@@ -202,7 +217,8 @@ class Evictions:
         Bounded by :data:`FAILING_PODS_KEPT`."""
 
     def evict(self, pod: PodMeta, reason: str, message: str) -> bool:
-        """Launches the eviction of ``pod``; False (logged, audited) when the backend failed.  A pod
+        """Launches the eviction of ``pod``; False (logged, audited) when the backend failed, and
+        :class:`EvictionUnreachable` (logged, audited) when it failed because the way to evict is down.  A pod
         already pending is not evicted twice."""
         with self._lock:
             if pod.uid in self._pending:
@@ -213,6 +229,8 @@ class Evictions:
             self._failure_streak(pod.uid).fail(type(exc).__name__, "pod eviction failed", level=logging.ERROR,
                                                extra={"pod": pod.pod.key, "eviction": reason, "error": str(exc)})
             self._record(pod, reason, message, "failed", str(exc))
+            if isinstance(exc, EvictionFailed) and exc.unreachable:
+                raise EvictionUnreachable(str(exc), unreachable=True) from None
             return False
         streak = self._failing.pop(pod.uid, None)
         if streak is not None:

@@ -26,6 +26,7 @@ from koordlet.apis.gojson import loads
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.apis.pod import Pod
 from koordlet.config import gates
+from koordlet.qosmanager.evictor import EvictionUnreachable
 from koordlet.qosmanager.framework import Action, Decider, Decision, Options
 from koordlet.statesinformer.framework import PodMeta
 
@@ -136,6 +137,17 @@ class Outcome:
     pending: list[Candidate] = field(default_factory=list)
     evicted: list[tuple[Task, Candidate]] = field(default_factory=list)
     failed: list[tuple[Task, Candidate]] = field(default_factory=list)
+    unreachable: str = ""
+    """Why the walk stopped early: the way to evict was down (the last failed eviction's error)."""
+
+    def failure_note(self) -> str:
+        """``; eviction failed for ...`` for a decision's summary ("" when nothing failed)."""
+        if not self.failed:
+            return ""
+        note = f"; eviction failed for {', '.join(c.key for _, c in self.failed)}"
+        if self.unreachable:
+            return f"{note} (the way to evict is down, no other pod tried: {self.unreachable})"
+        return note
 
     def add(self, candidate: Candidate) -> None:
         for measure, amount in candidate.amounts.items():
@@ -149,7 +161,9 @@ class Outcome:
 def evict(options: Options, tasks: Iterable[Task], pending: Sequence[Candidate]) -> Outcome:
     """Counts ``pending`` as released, then evicts each task's candidates in order until the task's
     amount is released.  A pod is evicted at most once per round; a failed eviction (logged and audited
-    by the evictor) releases nothing and the walk goes on to the next candidate, as Koordinator's does."""
+    by the evictor) releases nothing and the walk goes on to the next candidate, as Koordinator's does,
+    unless the way to evict is down (:class:`EvictionUnreachable`): then the walk stops, and the same pods are
+    tried in the same order next round, rather than the next one being evicted for the shortage of the first."""
     outcome = Outcome()
     seen: set[str] = set()
     for candidate in pending:
@@ -165,7 +179,13 @@ def evict(options: Options, tasks: Iterable[Task], pending: Sequence[Candidate])
                 continue
             seen.add(candidate.meta.uid)
             pod = candidate.meta.pod
-            if options.evictor.evict(candidate.meta, task.reason, f"{task.message}; evicting pod {pod.key}"):
+            try:
+                launched = options.evictor.evict(candidate.meta, task.reason, f"{task.message}; evicting pod {pod.key}")
+            except EvictionUnreachable as exc:
+                outcome.failed.append((task, candidate))
+                outcome.unreachable = str(exc)
+                return outcome
+            if launched:
                 outcome.evicted.append((task, candidate))
                 outcome.add(candidate)
                 options.metrics.pod_eviction(task.reason, pod.namespace, pod.name)

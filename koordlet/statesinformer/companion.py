@@ -61,7 +61,12 @@ PERMANENT_CODES: Final = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.Status
 
 
 class CompanionError(KoordletError, ConnectionError):
-    """A call to the companion failed; the message names the call and the gRPC status."""
+    """A call to the companion failed; the message names the call and the gRPC status, ``code`` the status's
+    name ("" when the call did not get that far)."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def describe_error(exc: grpc.RpcError) -> str:
@@ -132,7 +137,9 @@ class CompanionClient:
         try:
             response = self._stub.EvictPod(request, timeout=timeout_seconds, metadata=self._metadata())
         except grpc.RpcError as exc:
-            raise CompanionError(f"EvictPod {namespace}/{name} via {self.target}: {describe_error(exc)}") from None
+            code = status_code(exc)
+            raise CompanionError(f"EvictPod {namespace}/{name} via {self.target}: {describe_error(exc)}",
+                                 code=code.name if code is not None else "") from None
         return str(response.result)
 
     def close(self) -> None:

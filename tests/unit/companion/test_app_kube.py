@@ -25,7 +25,7 @@ from koordlet.statesinformer.companion import CompanionClient, CompanionError, C
 from koordlet.statesinformer.companionslo import CompanionNodeSLOSource
 from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from tests.fixtures.failures import ComponentFailures
-from tests.fixtures.fakeapiserver import make_configmap, make_node, make_pod
+from tests.fixtures.fakeapiserver import Fault, make_configmap, make_node, make_pod
 from tests.fixtures.waiting import wait_until
 
 NS = "koordinator-system"
@@ -225,6 +225,35 @@ def test_koordlet_evictions_go_through_the_eviction_api(cluster: Any, companion:
     api.evict("prod", "web", "BECPUEvict", "cpu satisfaction 40% < 60%")
     assert [(e["name"], e["blocked"]) for e in cluster.evictions] == [("web", True), ("web", False)]
     assert cluster.get("pods", "web", namespace="prod") is None
+
+
+def test_a_pod_the_watch_has_not_delivered_is_looked_up(cluster: Any, companion: Companion) -> None:
+    """A companion still listing after its start (or whose watch lags a pod the kubelet already runs) asks
+    kube-apiserver where the pod is, instead of refusing a pod of the asking node: a refusal makes the koordlet
+    walk on and evict its next candidate in this one's place."""
+    other = ls_pod()
+    other["metadata"].update(name="elsewhere", uid="uid-elsewhere")
+    other["spec"]["nodeName"] = "node-2"
+    cluster.seed(other)
+    client = CompanionClient(f"127.0.0.1:{companion.server.port}", koordlet_token(cluster), "node-1")
+    api = CompanionEvictionAPI(client)
+    wait_until("the pods to be known", lambda: companion._pod_nodes.get(("prod", "elsewhere")) == "node-2")
+    with companion._lock:  # as before the pod list reached them
+        companion._pod_nodes.clear()
+    with pytest.raises(EvictionFailed, match=r"PERMISSION_DENIED.*not on node node-1") as refused:
+        api.evict("prod", "elsewhere", "BECPUEvict", "a pod of another node")
+    assert not refused.value.unreachable
+    with pytest.raises(EvictionFailed, match=r"PERMISSION_DENIED.*prod/nosuch is not on node node-1"):
+        api.evict("prod", "nosuch", "BECPUEvict", "no such pod: the same answer")
+    api.evict("prod", "web", "BECPUEvict", "cpu satisfaction 40% < 60%")
+    assert [(e["name"], e["blocked"]) for e in cluster.evictions] == [("web", False)]
+    cluster.fail_next(10, Fault.HTTP_500, when=lambda r: r.verb == "get" and r.name == "web2")
+    try:
+        with pytest.raises(EvictionFailed, match="UNAVAILABLE") as down:
+            api.evict("prod", "web2", "BECPUEvict", "kube-apiserver cannot say where the pod is")
+    finally:
+        cluster.clear_faults()
+    assert down.value.unreachable, "no answer about the pod: the koordlet must not walk on"
 
 
 def test_the_shipped_flags_serve_tls_and_review_the_koordlets_token(cluster: Any, tmp_path: Path,

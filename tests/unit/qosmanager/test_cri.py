@@ -203,6 +203,7 @@ def test_other_errors_fail_naming_the_endpoint(runtime: tuple[FakeRuntime, str],
     assert f"unix://{socket}" in text and "be-a" in text and "default/be" in text
     assert str(code) in text and "runtime says no" in text
     assert len(handler.requests) == 1  # stops at the first failure
+    assert not caught.value.unreachable, "the runtime answered: another pod may still be stopped"
 
 
 def test_failure_through_evictions_leaves_nothing_pending(runtime: tuple[FakeRuntime, str], cri: CRIBackend) -> None:
@@ -218,8 +219,9 @@ def test_runtime_not_listening_fails_within_the_deadline(tmp_path: Path) -> None
     socket = str(tmp_path / "absent.sock")
     backend = CRIBackend(socket, 1.0)
     try:
-        with pytest.raises(EvictionFailed, match=f"unix://{socket}.*UNAVAILABLE"):
+        with pytest.raises(EvictionFailed, match=f"unix://{socket}.*UNAVAILABLE") as caught:
             backend.evict(two_container_pod(), "r", "m")
+        assert caught.value.unreachable, "no runtime: every other pod would fail the same way"
     finally:
         backend.close()
 

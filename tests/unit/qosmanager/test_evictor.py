@@ -14,13 +14,16 @@ from koordlet.qosmanager.cri import CRIBackend
 from koordlet.qosmanager.evictor import (
     PENDING_TIMEOUT_SECONDS,
     ApiBackend,
+    CompanionEvictionAPI,
     DryRunBackend,
     EvictionFailed,
+    EvictionUnreachable,
     Evictions,
     KillBackend,
     build_backend,
     containers_to_stop,
 )
+from koordlet.statesinformer.companion import CompanionError
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.qosmanager.fakes import FakeClock, MemoryAudit, RecordingBackend, make_pod
@@ -60,6 +63,27 @@ def test_failed_eviction_is_not_pending_and_is_audited() -> None:
     assert front.pending([pod]) == set()
     (entry,) = audit.entries
     assert (entry.outcome, entry.error) == ("failed", "injected failure")
+
+
+@pytest.mark.parametrize(("code", "unreachable"), [("PERMISSION_DENIED", False), ("UNAVAILABLE", True),
+                                                    ("RESOURCE_EXHAUSTED", True), ("", True)])
+def test_companion_failures_tell_this_pod_from_the_way_to_evict(code: str, unreachable: bool) -> None:
+    """PERMISSION_DENIED refuses this pod (not on the node); any other failure would refuse every pod alike."""
+
+    class Client:
+        def evict(self, namespace: str, name: str, reason: str, message: str) -> str:
+            raise CompanionError(f"EvictPod {namespace}/{name}: {code or 'connection refused'}", code=code)
+
+    front, audit = evictions(ApiBackend(CompanionEvictionAPI(Client())), FakeClock(T0))
+    pod = make_pod("be", "BE")
+    if unreachable:
+        with pytest.raises(EvictionUnreachable, match=f"EvictPod default/be: {code or 'connection refused'}"):
+            front.evict(pod, "r", "m")
+    else:
+        assert not front.evict(pod, "r", "m")
+    assert front.pending([pod]) == set()
+    (entry,) = audit.entries
+    assert entry.outcome == "failed"
 
 
 def test_os_error_from_a_backend_is_a_failure() -> None:

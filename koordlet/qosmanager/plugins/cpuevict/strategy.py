@@ -285,8 +285,7 @@ class CPUEvict(EvictionStrategy):
         head = "; ".join(plan.heads)
         needs = ", ".join(f"{t.needed:.0f}m of {_measure_name(t.target)}" for t in plan.tasks)
         pending = f"{len(outcome.pending)} pending"
-        failed = (f"; eviction failed for {', '.join(c.key for _, c in outcome.failed)}" if outcome.failed
-                  else "")
+        failed = outcome.failure_note()
         short = [t for t in plan.tasks if outcome.short(t) > 0]
         if outcome.evicted:
             victims = ", ".join(f"{c.key} (request {c.amounts[REQUEST]:.0f}m, using {c.amounts[USED]:.0f}m, "

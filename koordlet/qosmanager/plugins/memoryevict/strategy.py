@@ -288,8 +288,7 @@ class MemoryEvict(EvictionStrategy):
             failed=[c.key for _, c in outcome.failed], ignored=notes)
         head = "; ".join([f"{what} >= {threshold_pct}%", *(t.message for t in tasks if t.target != USED)])
         pending = f"{len(outcome.pending)} pending"
-        failed = (f"; eviction failed for {', '.join(c.key for _, c in outcome.failed)}" if outcome.failed
-                  else "")
+        failed = outcome.failure_note()
         short = max(needed - released, 0.0)
         if outcome.evicted:
             victims = ", ".join(f"{c.key} ({fmt_bytes(c.amounts[USED])}, priority {c.priority})"

@@ -338,6 +338,38 @@ def test_partial_failure_moves_on_to_the_next_victim(fake_cgroup_host: FakeHost,
     assert decision.summary.endswith("; 0 pending; eviction failed for default/be-mid")
 
 
+def test_the_way_to_evict_down_stops_the_walk_until_it_is_back(fake_cgroup_host: FakeHost, tmp_path: Path) -> None:
+    """The companion answering UNAVAILABLE (restarting, its pod view not listed yet) for the first victim must
+    not get the second evicted in its place when it answers again a moment later."""
+
+    @dataclass
+    class Down(RecordingBackend):
+        down: bool = True
+
+        def evict(self, pod: PodMeta, reason: str, message: str) -> None:
+            if self.down:
+                from koordlet.qosmanager.evictor import EvictionFailed
+
+                self.down = False  # back for the next call: the walk must not make one
+                raise EvictionFailed("EvictPod: UNAVAILABLE: the companion is starting", unreachable=True)
+            super().evict(pod, reason, message)
+
+    world = make_world(fake_cgroup_host, tmp_path)
+    backend = Down()
+    world.options.evictor.backend = backend
+    world.usage(int(12.5 * GIB))
+    decision = world.run()
+    assert backend.evicted == [], "no other pod tried while the way to evict is down"
+    assert decision.action == "failed", decision.summary
+    assert decision.numbers["failed"] == ["default/be-mid"]
+    assert "the way to evict is down, no other pod tried: EvictPod: UNAVAILABLE" in decision.summary
+    assert world.strategy.last_eviction is None  # no cooldown: the next round retries
+    world.clock.advance(1.0)
+    world.usage(int(12.5 * GIB))
+    decision = world.run()
+    assert decision.action == "evict" and [k for k, _ in backend.evicted] == ["default/be-mid"]
+
+
 # ------------------------------------------------------------------------------------------ triggers and gates
 
 
