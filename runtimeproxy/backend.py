@@ -5,6 +5,14 @@ invocation metadata, the caller's deadline, cancellation, and the backend's stat
 metadata. Methods the proxy's CRI subset does not declare - newer CRI methods, other services such as
 ``runtime.v1alpha2`` - are relayed as ``stream_stream`` calls: gRPC frames a unary call exactly like a
 stream that carries one message each way, so the relay need not know a method's cardinality.
+
+Unary calls go to the backend as single-threaded unary-stream calls (gRPC's experimental
+``SingleThreadedUnaryStream`` channel option), for the same reason: the bytes on the wire are a unary call's.
+A ``future()`` unary call is completed by the channel's spin thread, which gRPC starts when a channel gets a
+call in flight and ends when it has none - with kubelet's calls one after another, that is a new thread per
+call and a hand-off to it and back (measured: a third or more of the proxy's CPU per relayed call).  The
+single-threaded call is driven by the handler's own thread and can still be cancelled from another one, so a
+cancelled caller still cancels the backend call.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, NoReturn, Protocol
 
 import grpc
+import grpc.experimental
 
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
 
@@ -36,7 +45,9 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 )
-CHANNEL_OPTIONS = SERVER_OPTIONS + RECONNECT_OPTIONS
+SINGLE_THREADED_UNARY_STREAM = ((grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),)
+"""A Python-side channel option (never passed to gRPC core): unary-stream calls run on the calling thread."""
+CHANNEL_OPTIONS = SERVER_OPTIONS + RECONNECT_OPTIONS + SINGLE_THREADED_UNARY_STREAM
 SOCKET_MODE = 0o660
 DEFAULT_MAX_WORKERS = 32
 QUEUED_CALLS_PER_WORKER = 8
@@ -57,11 +68,13 @@ Metadata = Sequence[tuple[str, str | bytes]]
 UnaryFunction = Callable[[bytes, grpc.ServicerContext], bytes]
 
 
-class UnaryCall(Protocol):
-    """A backend unary call in flight (a ``grpc.Future`` that is also a ``grpc.Call``)."""
+class UnaryCall(Iterator[bytes], Protocol):
+    """A backend unary call in flight, made as a unary-stream call: iterating it (on the thread that made it)
+    gives the response and raises ``grpc.RpcError`` when the call fails; it is also a ``grpc.Call``, whose
+    ``cancel`` any thread may call."""
 
-    def result(self) -> bytes: ...
     def cancel(self) -> bool: ...
+    def cancelled(self) -> bool: ...
     def initial_metadata(self) -> Metadata | None: ...
     def trailing_metadata(self) -> Metadata | None: ...
 
@@ -163,22 +176,26 @@ class Backend:
             else grpc.insecure_channel(self.image_target, options=CHANNEL_OPTIONS)
         )
         # Multi-callables are reusable and thread-safe.
-        self._unary = _Callables(lambda method: self.channel_for(method).unary_unary(method))
-        self._stream = _Callables(lambda method: self.channel_for(method).stream_stream(method))
+        # Known CRI methods are registered with gRPC core (a call then skips core's per-call method lookup); other
+        # names come from callers and are not, as core keeps every registered name for the channel's life.
+        self._unary = _Callables(lambda method: self.channel_for(method).unary_stream(
+            method, _registered_method=method in KNOWN_METHODS))
+        self._stream = _Callables(lambda method: self.channel_for(method).stream_stream(
+            method, _registered_method=method in KNOWN_METHODS))
 
     def channel_for(self, method: str) -> Any:
         """The channel that serves ``method`` (a full name, ``/package.Service/Method``)."""
         return self.image_channel if method.startswith(IMAGE_SERVICE_PREFIXES) else self.runtime_channel
 
     def unary_call(self, method: str, request: bytes, metadata: Metadata, timeout: float | None) -> UnaryCall:
-        """Start a raw unary call; ``result()`` gives the response bytes or raises ``grpc.RpcError``."""
+        """Start a raw unary call; :func:`unary_response` gives its response bytes or raises ``grpc.RpcError``."""
         callable_ = self._unary.get(method)
-        call: UnaryCall = callable_.future(request, timeout=timeout, metadata=metadata)
+        call: UnaryCall = callable_(request, timeout=timeout, metadata=metadata)
         return call
 
     def unary(self, method: str, request: bytes, metadata: Metadata, timeout: float | None) -> bytes:
         """A raw unary call: response bytes, or ``grpc.RpcError``."""
-        return self.unary_call(method, request, metadata, timeout).result()
+        return unary_response(self.unary_call(method, request, metadata, timeout))
 
     def stream(
         self, method: str, request_iterator: Iterable[bytes], metadata: Metadata, timeout: float | None
@@ -207,6 +224,16 @@ class Backend:
 
 
 # ---------------------------------------------------------------------------------------------- relaying
+
+
+def unary_response(call: UnaryCall) -> bytes:
+    """The one response of ``call``, once the call has ended (so its status and trailing metadata are in);
+    raises ``grpc.RpcError`` when it failed.  A backend that answers OK without a message gets None through,
+    as a unary call's ``result()`` did (the proxy's server then fails the caller's call, INTERNAL)."""
+    response = next(call, None)
+    for _ in call:  # reads the status; a second message (a broken backend's) is dropped, not waited on
+        pass
+    return response  # type: ignore[return-value]
 
 
 def forwardable_metadata(metadata: Metadata | None) -> tuple[tuple[str, str | bytes], ...]:
@@ -265,11 +292,11 @@ def forward_unary(backend: Backend, method: str, request: bytes, context: grpc.S
     )
     context.add_callback(call.cancel)
     try:
-        response = call.result()
-    except grpc.FutureCancelledError:
-        context.abort(grpc.StatusCode.CANCELLED, "cancelled by the caller")
-        raise AssertionError("grpc.ServicerContext.abort returned") from None  # pragma: no cover
+        response = unary_response(call)
     except grpc.RpcError as error:
+        if call.cancelled():
+            context.abort(grpc.StatusCode.CANCELLED, "cancelled by the caller")
+            raise AssertionError("grpc.ServicerContext.abort returned") from None  # pragma: no cover
         _abort_like(context, error)
     _send_initial_metadata(context, call.initial_metadata())
     trailing = _returnable_metadata(call.trailing_metadata())
@@ -312,6 +339,14 @@ class PassthroughHandler(grpc.GenericRpcHandler):  # type: ignore[misc]
         }
         for method, function in intercepted.items():
             self._handlers[method] = grpc.unary_unary_rpc_method_handler(function)
+
+    def by_service(self) -> dict[str, dict[str, Any]]:
+        """The handlers of the methods it knows (CRI and intercepted: a fixed set), by service and method name."""
+        services: dict[str, dict[str, Any]] = {}
+        for method, handler in self._handlers.items():
+            service, _, name = method[1:].partition("/")
+            services.setdefault(service, {})[name] = handler
+        return services
 
     def _unary_forwarder(self, method: str) -> UnaryFunction:
         backend = self.backend
@@ -367,6 +402,10 @@ def serve(socket_path: str, handler: grpc.GenericRpcHandler, max_workers: int = 
         options=SERVER_OPTIONS,
         maximum_concurrent_rpcs=max_workers * QUEUED_CALLS_PER_WORKER,
     )
+    if isinstance(handler, PassthroughHandler):
+        # Registered with gRPC core, a known method's call is matched by core and skips the generic lookup.
+        for service, handlers in handler.by_service().items():
+            server.add_registered_method_handlers(service, handlers)
     try:
         bound = server.add_insecure_port(f"unix:{path}")
     except RuntimeError as exc:

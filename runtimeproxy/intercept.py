@@ -314,11 +314,12 @@ class Interceptor:
         reply = self._parse(cri.CreateContainerResponse, answer)
         if reply is not None:
             hook_request.container_mata.id = reply.container_id
-            hook_request.container_annotations.clear()
-            hook_request.container_annotations.update(config.annotations)
-            _convert(config.linux.resources, hook_request.container_resources)
-            hook_request.container_envs.clear()
-            hook_request.container_envs.update({kv.key: kv.value for kv in config.envs})
+            if response is not None:  # checkpoint what the runtime got; without an answer it is what was built
+                hook_request.container_annotations.clear()
+                hook_request.container_annotations.update(config.annotations)
+                _convert(config.linux.resources, hook_request.container_resources)
+                hook_request.container_envs.clear()
+                hook_request.container_envs.update({kv.key: kv.value for kv in config.envs})
             self._store.put_container(reply.container_id, request.pod_sandbox_id, hook_request)
         return answer
 

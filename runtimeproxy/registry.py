@@ -163,6 +163,8 @@ class Registry:
         self._reload_lock = threading.Lock()
         self._seen: dict[str, _Seen] = {}
         self._good: dict[str, HookServer] = {}
+        self._by_stage: dict[str, HookServer] = {}
+        """Stage -> the first server in file-name order that serves it (rebuilt on every change of ``_good``)."""
         self._errors: dict[str, str] = {}
         self._generation = 0
         self._changed = threading.Condition(self._lock)
@@ -278,8 +280,7 @@ class Registry:
                 else:
                     log.error("hook-server registry: rejected; keeping its last good version",
                               extra={"error": seen.error})
-            self._generation += 1
-            self._changed.notify_all()
+            self._changed_locked()
 
     def _forget(self, name: str) -> None:
         with self._lock:
@@ -287,8 +288,18 @@ class Registry:
             self._errors.pop(name, None)
             if self._good.pop(name, None) is not None:
                 log.info("hook-server registry: removed", extra={"file": name})
-            self._generation += 1
-            self._changed.notify_all()
+            self._changed_locked()
+
+    def _changed_locked(self) -> None:
+        """Under the lock, after a change: the per-stage index (read on every CRI call, so built here once
+        rather than per call), the generation, the waiters."""
+        by_stage: dict[str, HookServer] = {}
+        for name in sorted(self._good):
+            for stage in self._good[name].hooks:
+                by_stage.setdefault(stage, self._good[name])
+        self._by_stage = by_stage
+        self._generation += 1
+        self._changed.notify_all()
 
     # -- queries --
 
@@ -305,10 +316,7 @@ class Registry:
         normalized = normalize_stage(stage)
         if normalized is None:
             raise ValueError(f"unknown runtime hook stage {stage!r}; known: {', '.join(STAGES)}")
-        for server in self.servers():
-            if normalized in server.hooks:
-                return server
-        return None
+        return self._by_stage.get(normalized)  # replaced whole under the lock, never changed in place
 
     def errors(self) -> dict[str, str]:
         """File name -> why its current content is rejected (a copy)."""

@@ -155,8 +155,11 @@ class Store:
         last ~100 ms changed is lost if the process is killed; :meth:`rebuild` recovers it from the backend."""
         if self.path is None:
             return
-        self._dirty.set()
-        self._wake.set()
+        # Most calls find both set already (the writer waits out a burst): a set costs a lock and a notify.
+        if not self._dirty.is_set():
+            self._dirty.set()
+        if not self._wake.is_set():
+            self._wake.set()
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_loop, name="checkpoint-writer", daemon=True)
             self._writer.start()

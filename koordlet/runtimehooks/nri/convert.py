@@ -46,10 +46,10 @@ def container_id_scheme(runtime_name: str) -> str:
     return RUNTIME_SCHEMES.get(runtime_name.lower(), "containerd")
 
 
-def pod(sandbox: Any) -> Pod:
+def pod(sandbox: Any, containers: tuple[Container, ...] = ()) -> Pod:
     return Pod(uid=sandbox.uid, name=sandbox.name, namespace=sandbox.namespace, labels=dict(sandbox.labels),
                annotations=dict(sandbox.annotations), kube_qos=kube_qos(sandbox.linux.cgroup_parent),
-               phase="Pending", priority=None, ips=tuple(sandbox.ips))
+               phase="Pending", priority=None, containers=containers, ips=tuple(sandbox.ips))
 
 
 def _limits(resources: Any) -> Resources:
@@ -71,11 +71,7 @@ def container_request(stage: Stage, sandbox: Any, container: Any, scheme: str,
     container_id = f"{scheme}://{container.id}"
     spec = Container(name=container.name, container_id=container_id,
                      limits=_limits(resources if resources is not None else container.linux.resources))
-    base = pod(sandbox)
-    pod_ = Pod(uid=base.uid, name=base.name, namespace=base.namespace, labels=base.labels,
-               annotations=base.annotations, kube_qos=base.kube_qos, phase=base.phase, priority=None,
-               containers=(spec,), ips=base.ips)
-    return HookRequest(stage, pod_, sandbox.linux.cgroup_parent, spec, container_id)
+    return HookRequest(stage, pod(sandbox, (spec,)), sandbox.linux.cgroup_parent, spec, container_id)
 
 
 _OPTIONAL_INTS = {

@@ -13,12 +13,18 @@ Life of a connection:
    ``ContainerUpdate``; pod events (``StateChange``) run pod-stage hooks and write through the executor;
    container start/stop events run their hooks for their side effects.
 
-Hooks and cgroup writes never run on the event loop: a cgroup v1 ``memory.limit_in_bytes`` write can take
-seconds while the kernel reclaims, and containerd gives a plugin 2 s per request
-(``plugin_request_timeout``) before failing the container.  Each event's hooks run on one worker thread
-(in arrival order, as they ran on the loop), its writes on another; the answer goes out once both are done
-or at :data:`ANSWER_DEADLINE`, whichever is first.  Writes still running then finish in the background
-(the answer never depends on them; the reconciler converges whatever they miss).  Hooks not done by the
+Cgroup writes never run on the event loop, nor do hooks that may be slow: a cgroup v1
+``memory.limit_in_bytes`` write can take seconds while the kernel reclaims, a hook may read cgroup or resctrl
+files, and containerd gives a plugin 2 s per request (``plugin_request_timeout``) before failing the container.
+Each event's hooks run on one worker thread (in arrival order), its writes on another; the answer goes out once
+both are done or at :data:`ANSWER_DEADLINE`, whichever is first.  The exception is the common fast case, where
+handing the hooks to a thread and back costs more than they do (two thread wake-ups, each a scheduling delay on
+a busy node): a method's hooks run inline on the loop when the hooks thread is idle (so arrival order holds)
+and the method's last :data:`INLINE_AFTER` runs each took at most :data:`INLINE_BUDGET`.  One run over the
+budget, wherever it ran, sends the method back to the thread until it has been fast that many times again; an
+inline run that overran the answer deadline is answered as one that missed it on the thread.  Writes still
+running at the deadline finish in the background (the answer never depends on them; the reconciler converges
+whatever they miss).  Hooks not done by the
 deadline, a request that does not decode, an answer that does not convert, encode or pass the range
 checks (:func:`convert.resource_problems`, the proxy's ranges): all follow the failure policy - ``Fail``
 fails the request, ``Ignore`` logs and answers "no adjustment" so the container is created as asked.
@@ -74,6 +80,13 @@ EVENT_MASK_MAX = 0x7FF  # NRI v0.6.1 (containerd 1.7) rejects a plugin subscribi
 ANSWER_DEADLINE = 1.5
 """Seconds from a request's arrival to its answer at the latest: below containerd's 2 s
 ``plugin_request_timeout``, with room for the answer to travel."""
+INLINE_BUDGET = 0.01
+"""Seconds a method's hooks may take per run (wall clock: a hook blocked in the kernel counts) and still be run
+inline on the event loop next time, under 1 % of the answer deadline.  Hooks take well under a millisecond; the
+headroom is for a run preempted on a busy node, which should not send the method back to the thread."""
+INLINE_AFTER = 8
+"""Consecutive runs within :data:`INLINE_BUDGET` before a method's hooks run inline (none at first: a method
+starts on the hooks thread)."""
 E = api_pb2.Event
 STAGE_EVENTS: dict[Stage, int] = {
     Stage.PRE_RUN_POD_SANDBOX: E.RUN_POD_SANDBOX,
@@ -119,6 +132,9 @@ class NriStats:
 
 Answer = tuple[Any, Job | None]
 """A handler's answer message and the cgroup writes to run after it was computed (None: nothing to write)."""
+Computed = tuple[bytes, Job | None, float]
+"""A handler's answer encoded, its cgroup writes, and the seconds the hooks took (to decide where the next run
+goes)."""
 
 
 class NriPlugin:
@@ -142,6 +158,8 @@ class NriPlugin:
         self._stopping = asyncio.Event()
         self._answer_deadline = answer_deadline
         self._hooks_jobs = JobQueue("nri-hooks")
+        self._fast_runs: dict[str, int] = {}
+        """Method -> its consecutive hook runs within :data:`INLINE_BUDGET` (only touched on the loop)."""
         self._writes_jobs = JobQueue("nri-writes")
         self.stats = NriStats()
 
@@ -254,35 +272,60 @@ class NriPlugin:
 
     async def _offloaded(self, method: str, fn: Callable[[NriPlugin, Any], Answer], request: Any,
                          empty: Callable[[], Any]) -> bytes:
-        """Runs ``fn`` on the hooks queue and its writes on the writes queue; answers by the deadline."""
+        """Runs ``fn`` on the hooks queue (inline when it has been fast: see the module docstring) and its writes
+        on the writes queue; answers by the deadline."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._answer_deadline
 
-        def compute() -> tuple[bytes, Job | None]:
+        def compute() -> Computed:
+            started = self._clock()
             answer, writes = fn(self, request)
-            return bytes(answer.SerializeToString()), writes
+            return bytes(answer.SerializeToString()), writes, self._clock() - started
 
+        try:
+            if self._fast_runs.get(method, 0) >= INLINE_AFTER and not self._hooks_jobs.queued:
+                encoded, writes, seconds = compute()
+                if loop.time() > deadline:
+                    self._fast_runs[method] = 0
+                    return self._missed_deadline(method, empty)
+            else:
+                computed = await self._on_hooks_thread(method, compute, empty, loop)
+                if isinstance(computed, bytes):
+                    return computed
+                encoded, writes, seconds = computed
+        except TtrpcError:
+            self._fast_runs[method] = 0  # not timed: the next runs prove themselves on the thread
+            raise  # a hook failed under policy Fail (HookRunner decided)
+        except Exception as exc:  # conversion, validation, encoding: outside the runner, same policy
+            self._fast_runs[method] = 0
+            self.stats.errors += 1
+            return self._policy(method, empty, TtrpcError(INTERNAL, f"{method}: {exc}"))
+        self._fast_runs[method] = self._fast_runs.get(method, 0) + 1 if seconds <= INLINE_BUDGET else 0
+        if writes is not None:
+            await self._write_by(deadline, method, writes)
+        return bytes(encoded)
+
+    async def _on_hooks_thread(self, method: str, compute: Callable[[], Computed], empty: Callable[[], Any],
+                               loop: asyncio.AbstractEventLoop) -> Computed | bytes:
+        """What ``compute`` returned on the hooks queue, or the failure policy's answer (bytes) when the backlog
+        is full or the hooks missed the deadline."""
         try:
             computing = self._hooks_jobs.submit(compute)
         except queue.Full:
             self.stats.errors += 1
             return self._policy(method, empty, TtrpcError(RESOURCE_EXHAUSTED, f"{method}: hooks backlog full"))
         try:
-            encoded, writes = await asyncio.wait_for(awaitable(computing, loop), self._answer_deadline)
+            computed: Computed = await asyncio.wait_for(awaitable(computing, loop), self._answer_deadline)
         except TimeoutError:
             computing.cancel()  # skipped if it has not started: nobody waits for it any more
-            self.stats.errors += 1
-            error = TtrpcError(DEADLINE_EXCEEDED, f"{method}: hooks did not answer within "
-                                                  f"{self._answer_deadline:g} s")
-            return self._policy(method, empty, error)
-        except TtrpcError:
-            raise  # a hook failed under policy Fail (HookRunner decided)
-        except Exception as exc:  # conversion, validation, encoding: outside the runner, same policy
-            self.stats.errors += 1
-            return self._policy(method, empty, TtrpcError(INTERNAL, f"{method}: {exc}"))
-        if writes is not None:
-            await self._write_by(deadline, method, writes)
-        return bytes(encoded)
+            self._fast_runs[method] = 0
+            return self._missed_deadline(method, empty)
+        return computed
+
+    def _missed_deadline(self, method: str, empty: Callable[[], Any]) -> bytes:
+        self.stats.errors += 1
+        error = TtrpcError(DEADLINE_EXCEEDED, f"{method}: hooks did not answer within {self._answer_deadline:g} s")
+        return self._policy(method, empty, error)
 
     async def _write_by(self, deadline: float, method: str, writes: Job) -> None:
         loop = asyncio.get_running_loop()

@@ -9,6 +9,7 @@ import re
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import FailurePolicy, Hook, HookContext, HookRunner, Stage
 from koordlet.runtimehooks.hooks import batchresource
 from koordlet.runtimehooks.nri import frames, ttrpc
-from koordlet.runtimehooks.nri.plugin import ANSWER_DEADLINE, NriPlugin, event_mask
+from koordlet.runtimehooks.nri.plugin import ANSWER_DEADLINE, INLINE_AFTER, INLINE_BUDGET, NriPlugin, event_mask
 from koordlet.system.resources import CPU_IDLE
 from tests.fixtures.fakenri import FakeNriRuntime
 from tests.fixtures.waiting import wait_until
@@ -85,13 +86,13 @@ Scenario = Callable[[FakeNriRuntime, NriPlugin], Awaitable[None]]
 def run(socket_path: str, scenario: Scenario, hooks: list[Hook] | None = None, *,
         policy: FailurePolicy = FailurePolicy.IGNORE,
         writes: Callable[[list[CgroupUpdate]], list[Result]] | None = None,
-        answer_deadline: float = ANSWER_DEADLINE, **fake: Any) -> None:
+        answer_deadline: float = ANSWER_DEADLINE, clock: Callable[[], float] | None = None, **fake: Any) -> None:
     async def main() -> None:
         runtime = FakeNriRuntime(socket_path, **fake)
         await runtime.start()
         runner = HookRunner(hooks if hooks is not None else [batchresource.new(HookDeps())], policy=policy)
         plugin = NriPlugin(runner, Applier(writes or Writes()), socket_path, backoff_start=0.05, backoff_max=0.2,
-                           answer_deadline=answer_deadline)
+                           answer_deadline=answer_deadline, clock=clock or time.monotonic)
         task = asyncio.create_task(plugin.run())
         try:
             await scenario(runtime, plugin)
@@ -530,3 +531,72 @@ def test_an_undecodable_event_follows_the_policy(socket_path: str, policy: Failu
         if code == ttrpc.OK:
             assert api_pb2.UpdateContainerResponse.FromString(response.payload) == api_pb2.UpdateContainerResponse()
     run(socket_path, scenario, policy=policy)
+
+
+class FakeClock:
+    """Time that passes only when a hook says so: how long a run "took" is up to the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fast_hooks_run_inline_after_a_streak_and_go_back_to_the_thread_once_slow(socket_path: str) -> None:
+    clock = FakeClock()
+    threads: list[str] = []
+    slow = threading.Event()
+
+    def hook(ctx: HookContext) -> None:
+        threads.append(threading.current_thread().name)
+        if slow.is_set():
+            slow.clear()
+            clock.now += INLINE_BUDGET * 2  # over the budget: the next run goes to the thread
+        ctx.set("cpu_shares", 4)
+
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        request = api_pb2.CreateContainerRequest(pod=sandbox(), container=container())
+
+        async def create() -> None:
+            answer = await runtime.call(conn, "CreateContainer", request, api_pb2.CreateContainerResponse)
+            assert answer.adjust.linux.resources.cpu.shares.value == 4
+
+        for _ in range(INLINE_AFTER + 1):
+            await create()
+        loop_thread = threading.current_thread().name
+        assert threads == ["nri-hooks"] * INLINE_AFTER + [loop_thread]
+        slow.set()
+        await create()  # inline, over the budget
+        await create()
+        assert threads[-2:] == [loop_thread, "nri-hooks"]
+
+    run(socket_path, scenario, [stage_hook("fast", Stage.PRE_CREATE_CONTAINER, hook)], clock=clock)
+
+
+@pytest.mark.parametrize("policy", [FailurePolicy.IGNORE, FailurePolicy.FAIL])
+def test_an_inline_run_over_the_deadline_follows_the_policy(socket_path: str, policy: FailurePolicy) -> None:
+    runs: list[int] = []
+
+    def hook(ctx: HookContext) -> None:
+        runs.append(1)
+        if len(runs) > INLINE_AFTER:
+            time.sleep(0.15)  # inline (the fake clock says the runs are fast), over the answer deadline
+        ctx.set("cpu_shares", 4)
+
+    async def scenario(runtime: FakeNriRuntime, plugin: NriPlugin) -> None:
+        conn = await runtime.wait_ready()
+        request = api_pb2.CreateContainerRequest(pod=sandbox(), container=container())
+        for _ in range(INLINE_AFTER):
+            await runtime.call(conn, "CreateContainer", request, api_pb2.CreateContainerResponse)
+        if policy is FailurePolicy.FAIL:
+            with pytest.raises(RuntimeError, match=r"status 4: CreateContainer: hooks did not answer within 0.1 s"):
+                await runtime.call(conn, "CreateContainer", request, api_pb2.CreateContainerResponse)
+        else:
+            answer = await runtime.call(conn, "CreateContainer", request, api_pb2.CreateContainerResponse)
+            assert answer.adjust == api_pb2.ContainerAdjustment()
+        assert plugin.stats.errors == 1
+
+    run(socket_path, scenario, [stage_hook("late", Stage.PRE_CREATE_CONTAINER, hook)], policy=policy,
+        answer_deadline=0.1, clock=FakeClock())
