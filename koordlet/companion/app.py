@@ -53,7 +53,7 @@ from koordlet.companion.descheduler.runner import Descheduler
 from koordlet.companion.extender import LoadAwareArgs, LoadAwareExtender, NodeStore, make_server
 from koordlet.companion.midresource import MidResult
 from koordlet.companion.noderesources import NodeInputs, NodeResources
-from koordlet.companion.podfields import pod_fields
+from koordlet.companion.podfields import pod_fields, pod_identity
 from koordlet.companion.ratelimit import (
     DEFAULT_BURST,
     DEFAULT_NODE_BURST,
@@ -123,8 +123,9 @@ class _NodeState:
     pods: dict[str, PodInput] | None = None
     metric: NodeMetricStatus | None = None
     """The node's latest metric: its own report to this replica, or a newer one from its NodeMetric object."""
-    status_json: dict[str, Any] | None = None
-    """Its last own report as NodeMetric status (what this replica writes; never one read from the cluster)."""
+    reported: NodeMetricStatus | None = None
+    """Its last own report (what this replica writes; never one read from the cluster).  Kept decoded, and encoded
+    when written: a report's JSON tree is several times its decoded size, times every node of the cluster."""
     node_json: tuple[bytes, str] | None = None
     """The Node's facts sent to its koordlet (``node_json``, ``node_version``)."""
 
@@ -282,8 +283,7 @@ class Companion:
         with self._lock:  # the store is updated under the lock too: a watched metric must not overtake it
             self.store.update_node_metric(node, status)
             state = self._nodes.setdefault(node, _NodeState())
-            state.metric = status
-            state.status_json = status.to_json()
+            state.metric = state.reported = status
         if self._api is None and self.controller.spec_for(node) is None:
             self.controller.set_node(node, {})
         self._queue(node, "batch", "metric")
@@ -474,10 +474,10 @@ class Companion:
         # The node's NodeMetric: by the replica its koordlet reports to, leader or not, while that is so.
         if "metric" in kinds and self._metric_writer is not None and self.reported.fresh(node):
             with self._lock:
-                status = self._nodes[node].status_json if node in self._nodes else None
+                status = self._nodes[node].reported if node in self._nodes else None
             if status is not None:
                 policy = self._collect_policy(node)
-                self._metric_writer.apply(node, status, policy.to_json() if policy else None)
+                self._metric_writer.apply(node, status.to_json(), policy.to_json() if policy else None)
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -567,8 +567,9 @@ class Companion:
             kube.NodeWatcher(self._api, on_node),
             # Only the fields the companion reads are kept of each pod (a big cluster's pods would fill its memory).
             kube.ResourceWatcher(client.CoreV1Api(self._api).list_pod_for_all_namespaces, on_pod, name="pods",
-                                 trim=pod_fields),
-            kube.NodeMetricWatcher(self._api, on_nodemetric),
+                                 trim=pod_fields, keep=pod_identity),
+            # The metrics the callback keeps are its own (decoded, smaller): the cache keeps who is who.
+            kube.NodeMetricWatcher(self._api, on_nodemetric, keep=kube.object_identity),
         ]
         self.topology.start(self._api)  # its writer thread (writes the nodes reporting here)
         for watcher in self._watchers:

@@ -27,6 +27,7 @@ bit-identical to Koordinator's, including its truncation toward zero.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -114,6 +115,13 @@ class NodeInput:
         return (self.capacity - self.allocatable).max(ZERO)
 
 
+@functools.lru_cache(maxsize=4096)
+def _shared(cpu_milli: int, memory_bytes: int) -> CPUMemory:
+    """One (frozen) instance per amount: a cluster's pods ask for a few hundred distinct amounts, and the companion
+    holds one PodInput per pod of the cluster."""
+    return CPUMemory(cpu_milli, memory_bytes)
+
+
 @dataclass(frozen=True, slots=True)
 class PodInput:
     """One pod bound to the node."""
@@ -156,10 +164,10 @@ class PodInput:
     @classmethod
     def from_pod(cls, pod: Pod) -> PodInput:
         """From koordlet's Pod view; requests are the containers' cpu/memory requests summed."""
-        requests = CPUMemory(sum(c.requests.cpu_milli or 0 for c in pod.containers),
-                             sum(c.requests.memory_bytes or 0 for c in pod.containers))
-        limits = CPUMemory(sum(c.limits.cpu_milli or 0 for c in pod.containers),
-                           sum(c.limits.memory_bytes or 0 for c in pod.containers))
+        requests = _shared(sum(c.requests.cpu_milli or 0 for c in pod.containers),
+                           sum(c.requests.memory_bytes or 0 for c in pod.containers))
+        limits = _shared(sum(c.limits.cpu_milli or 0 for c in pod.containers),
+                         sum(c.limits.memory_bytes or 0 for c in pod.containers))
         return cls(uid=pod.uid, namespace=pod.namespace, name=pod.name, priority_class=pod.priority_class,
                    qos=pod.qos, phase=pod.phase, requests=requests, limits=limits)
 

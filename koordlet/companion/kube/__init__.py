@@ -33,6 +33,7 @@ from koordlet.companion.kube.watch import (
     NodeWatcher,
     ResourceWatcher,
     WatchEvent,
+    object_identity,
 )
 from koordlet.companion.kube.writers import (
     EvictionResult,
@@ -63,5 +64,6 @@ __all__ = [
     "evict_pod",
     "make_api_client",
     "make_in_cluster_client",
+    "object_identity",
     "patch_node_batch_resources",
 ]

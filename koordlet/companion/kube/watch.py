@@ -97,12 +97,18 @@ class ResourceWatcher:
         backoff_max_seconds: float = 30.0,
         page_size: int = PAGE_SIZE,
         trim: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         """``page_size``: objects per list request (``limit``/``continue``); 0 lists all at once.  ``trim``: what
-        of each object is kept, cached and handed on (the rest is dropped as soon as it is decoded)."""
+        of each object is handed on (the rest is dropped as soon as it is decoded).  ``keep``: what of a handed-on
+        object stays cached (default: all of it), for a watcher whose callback keeps its own state: the cache then
+        only has to tell a changed object from an unchanged one (``metadata.resourceVersion``, which ``keep`` must
+        keep) and give DELETED events an object; :meth:`get`, :meth:`items` and an event's ``old`` are the kept
+        form."""
         self.name = name
         self._page_size = page_size
         self._trim = trim
+        self._keep = keep
         self._list_fn = list_fn
         self._list_kwargs = dict(list_kwargs or {})
         self._on_event = on_event
@@ -217,34 +223,43 @@ class ResourceWatcher:
                 return
 
     def _relist(self) -> None:
+        """Lists everything and hands each page's changes on as the page arrives (a big cluster's list is never
+        held whole); what the list no longer has is DELETED at the end, when the list is known complete."""
         self.lists += 1
-        fresh: dict[tuple[str, str], dict[str, Any]] = {}
+        listed: set[tuple[str, str]] = set()
         version = "0"
         for body in self._pages():
-            if body is None:  # the pages so far were of an older snapshot
-                fresh.clear()
+            if body is None:  # the pages so far were of an older snapshot: what they had may be gone since
+                listed.clear()
                 continue
             kind = str(body.get("kind") or "").removesuffix("List")
-            for item in body.get("items") or []:
-                # Built-in lists leave kind/apiVersion to the list; callbacks get complete objects.
-                item.setdefault("kind", kind)
-                item.setdefault("apiVersion", body.get("apiVersion"))
-                fresh[_key(item)] = self._trim(item) if self._trim is not None else item
+            events: list[WatchEvent] = []
+            with self._lock:
+                for item in body.get("items") or []:
+                    # Built-in lists leave kind/apiVersion to the list; callbacks get complete objects.
+                    item.setdefault("kind", kind)
+                    item.setdefault("apiVersion", body.get("apiVersion"))
+                    obj = self._trim(item) if self._trim is not None else item
+                    key = _key(obj)
+                    listed.add(key)
+                    old = self._cache.get(key)
+                    self._cache[key] = self._keep(obj) if self._keep is not None else obj
+                    if old is None:
+                        events.append(WatchEvent("ADDED", obj))
+                    elif resource_version_of(old) != resource_version_of(obj):
+                        events.append(WatchEvent("MODIFIED", obj, old))
             version = str((body.get("metadata") or {}).get("resourceVersion") or "0")
-        events: list[WatchEvent] = []
+            del body
+            for event in events:
+                self._dispatch(event)
         with self._lock:
-            for key, obj in fresh.items():
-                old = self._cache.get(key)
-                if old is None:
-                    events.append(WatchEvent("ADDED", obj))
-                elif resource_version_of(old) != resource_version_of(obj):
-                    events.append(WatchEvent("MODIFIED", obj, old))
-            events.extend(WatchEvent("DELETED", old) for key, old in self._cache.items() if key not in fresh)
-            self._cache = fresh
+            gone = [(key, old) for key, old in self._cache.items() if key not in listed]
+            for key, _ in gone:
+                del self._cache[key]
             self._resource_version = version
         self._backoff.reset()
-        for event in events:
-            self._dispatch(event)
+        for _, old in gone:
+            self._dispatch(WatchEvent("DELETED", old))
         # Synced once the first list has reached the callback (client-go's HasSynced): a reader of what the
         # callback builds (the admission webhook's view) must not start from a half-delivered list.
         self._synced.set()
@@ -291,7 +306,7 @@ class ResourceWatcher:
             if event_type == "DELETED":
                 self._cache.pop(key, None)
             else:
-                self._cache[key] = obj
+                self._cache[key] = self._keep(obj) if self._keep is not None else obj
             self._resource_version = rv or self._resource_version
         if event_type == "DELETED":
             self._dispatch(WatchEvent("DELETED", obj, old))
@@ -307,6 +322,13 @@ class ResourceWatcher:
             self._on_event(event)
         except Exception:  # a bad callback must not stop the watch
             log.exception("watch callback failed", extra={"watcher": self.name, "type": event.type})
+
+
+def object_identity(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``keep`` for a watcher whose callback keeps its own state: who the object is and its version."""
+    metadata = obj.get("metadata") or {}
+    kept = {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in metadata}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": kept}
 
 
 def _temporary(exc: BaseException) -> bool:

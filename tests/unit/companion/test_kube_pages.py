@@ -15,7 +15,7 @@ from kubernetes import client
 from koordlet.apis.pod import pod_from_json
 from koordlet.companion.extender.pods import parse_pod
 from koordlet.companion.kube import ResourceWatcher, WatchEvent
-from koordlet.companion.podfields import pod_fields
+from koordlet.companion.podfields import pod_fields, pod_identity
 from tests.conftest import shared_path
 from tests.fixtures.fakeapiserver import FakeApiServer, make_pod
 from tests.fixtures.waiting import wait_until
@@ -25,7 +25,7 @@ SAMPLES = shared_path() / "reference/koordinator-samples/pods"
 
 def pods_watcher(api: Any, events: list[WatchEvent], page_size: int, list_fn: Any = None) -> ResourceWatcher:
     return ResourceWatcher(list_fn or client.CoreV1Api(api).list_pod_for_all_namespaces, events.append,
-                           name="pods", page_size=page_size, trim=pod_fields)
+                           name="pods", page_size=page_size, trim=pod_fields, keep=pod_identity)
 
 
 def test_the_list_comes_in_pages_and_the_watch_resumes_from_it(fake_apiserver: FakeApiServer,
@@ -116,3 +116,35 @@ def test_a_heavy_pod_keeps_a_small_part(tmp_path: Path) -> None:
     assert kept["metadata"]["annotations"] == {"scheduling.koordinator.sh/resource-status": '{"cpuset": "2-3"}'}
     assert kept["spec"]["containers"] == [{"name": "main", "resources": {"requests": {"cpu": "1"}}}]
     assert len(json.dumps(kept)) * 20 < len(json.dumps(pod))
+
+
+def test_the_cache_keeps_only_who_a_pod_is_and_a_relist_still_tells_changes(fake_apiserver: FakeApiServer,
+                                                                            kube_api: Any) -> None:
+    """The pods watcher hands on trimmed pods and caches :func:`pod_identity` of each (the companion keeps its
+    own state per pod); a relist after the watch expired still hands on exactly what changed: the pod modified
+    meanwhile, and the pod deleted meanwhile as its identity, which the companion's deletion path reads."""
+    for i in range(5):
+        fake_apiserver.seed(make_pod(f"p{i}", "default", "node-1"))
+    events: list[WatchEvent] = []
+    watcher = pods_watcher(kube_api, events, page_size=2)
+    watcher.start()
+    try:
+        assert watcher.wait_synced(10)
+        kept = watcher.get("p1", "default")
+        assert kept is not None and set(kept) == {"metadata", "spec"} and kept["spec"] == {"nodeName": "node-1"}
+        assert set(kept["metadata"]) == {"name", "namespace", "uid", "resourceVersion"}
+        assert "containers" in events[0].object["spec"], "the callback gets the trimmed pod, not the kept part"
+    finally:
+        watcher.stop()
+    deleted = fake_apiserver.get("pods", "p3", "default")
+    fake_apiserver.delete("pods", "p3", "default")
+    changed = fake_apiserver.get("pods", "p0", "default")
+    changed["metadata"]["labels"] = {"koordinator.sh/qosClass": "BE"}
+    fake_apiserver.seed(changed)
+    events.clear()
+    watcher._relist()  # what the watch loop does after a 410 Gone
+    kinds = sorted((e.type, e.object["metadata"]["name"]) for e in events)
+    assert kinds == [("DELETED", "p3"), ("MODIFIED", "p0")]
+    gone = next(e.object for e in events if e.type == "DELETED")
+    assert pod_from_json(gone).uid == deleted["metadata"]["uid"] and pod_from_json(gone).node_name == "node-1"
+    assert {w["metadata"]["name"] for w in watcher.items()} == {"p0", "p1", "p2", "p4"}
