@@ -31,7 +31,12 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from koordlet.apis.nodemetric import DEFAULT_REPORT_INTERVAL_SECONDS, NodeMetricCollectPolicy, NodeMetricStatus
+from koordlet.apis.nodemetric import (
+    DEFAULT_REPORT_INTERVAL_SECONDS,
+    NodeMetricCollectPolicy,
+    NodeMetricStatus,
+    parse_time,
+)
 from koordlet.apis.pod import pod_from_json
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.apis.sloconfig import configmap_data_from_yaml
@@ -293,6 +298,8 @@ class Companion:
         reports to: feeds the batch/mid calculation and the extender.  Never written back, and never in place of a
         newer report (``updateTime``) this replica holds; a status that does not decode is skipped."""
         name = str((obj.get("metadata") or {}).get("name") or "")
+        if name and not self._newer_than_held(name, obj.get("status")):
+            return  # most events are the echo of this replica's own write: not decoded at all
         try:
             status = NodeMetricStatus.from_json(obj.get("status"), "status")
         except KoordletError as exc:
@@ -312,6 +319,22 @@ class Companion:
             state.metric = status
             self.store.update_node_metric(name, status)
         self._queue(name, "batch")
+
+    def _newer_than_held(self, name: str, status: Any) -> bool:
+        """Whether a watched status may be newer than the node's metric held here, read from its ``updateTime``
+        text alone (as the decoder reads it); True when that text does not say (absent, not a time): decoding
+        then decides, and reports what is wrong."""
+        text = status.get("updateTime") if isinstance(status, Mapping) else None
+        if not isinstance(text, str) or not text:
+            return True
+        try:
+            update_time = parse_time(text)
+        except ValueError:
+            return True
+        with self._lock:
+            state = self._nodes.get(name)
+            known = state.metric.update_time if state is not None and state.metric is not None else None
+        return known is None or known < update_time
 
     def _slo_changed(self, nodes: list[str]) -> None:
         for node in nodes:

@@ -127,7 +127,9 @@ class NodeResources:
     # --- calculations ---------------------------------------------------------------------------------
 
     def compute_batch(self, node: str) -> BatchResult | None:
-        inputs = self._inputs(node)
+        return self._compute_batch(node, self._inputs(node))
+
+    def _compute_batch(self, node: str, inputs: NodeInputs | None) -> BatchResult | None:
         if inputs is None:
             return None
         result = calculate(inputs.node, inputs.pods, inputs.metric, self._controller.colocation_for(node),
@@ -137,7 +139,9 @@ class NodeResources:
         return result
 
     def compute_mid(self, node: str) -> midresource.MidResult | None:
-        inputs = self._inputs(node)
+        return self._compute_mid(node, self._inputs(node))
+
+    def _compute_mid(self, node: str, inputs: NodeInputs | None) -> midresource.MidResult | None:
         if inputs is None:
             return None
         result = midresource.calculate(inputs.node, inputs.pods, inputs.metric,
@@ -152,10 +156,12 @@ class NodeResources:
     def write(self, node: str) -> None:
         """Recomputes the node's resources; the leader writes what moved.  Without Kubernetes the batch values
         are logged (there is no Node object to write them to)."""
-        ratio = self._write_ratio(node)
-        self._write_amplification(node, ratio)
-        batch = self.compute_batch(node)
-        mid = self.compute_mid(node)
+        # One snapshot of the node's inputs for the whole round: each fetch copies the node's pod list.
+        inputs = self._inputs(node)
+        ratio = self._write_ratio(node, inputs)
+        self._write_amplification(node, inputs, ratio)
+        batch = self._compute_batch(node, inputs)
+        mid = self._compute_mid(node, inputs)
         if batch is None or mid is None:
             return
         if self._batch_writer is None:
@@ -188,10 +194,9 @@ class NodeResources:
 
         return result is not kube.ApplyResult.DEFERRED
 
-    def _write_ratio(self, node: str) -> str | None:
+    def _write_ratio(self, node: str, inputs: NodeInputs | None) -> str | None:
         """Decides the node's CPU normalization ratio and, on the leader, patches the annotation when the Node's
         differs; returns the ratio the batch-cpu is amplified by."""
-        inputs = self._inputs(node)
         if inputs is None:
             return None
         annotations = inputs.node.annotations
@@ -208,10 +213,9 @@ class NodeResources:
             log.info("node cpu normalization ratio", extra={"node": node, "ratio": decision.ratio})
         return decision.ratio
 
-    def _write_amplification(self, node: str, ratio: str | None) -> None:
+    def _write_amplification(self, node: str, inputs: NodeInputs | None, ratio: str | None) -> None:
         """Decides the node's resource amplification ratios from this round's CPU normalization ``ratio`` and,
         on the leader, patches (or removes) the annotation when the Node's text differs (``NeedSyncMeta``)."""
-        inputs = self._inputs(node)
         if inputs is None or not self._controller.configured:  # upstream: nothing while the config is unavailable
             return
         annotations = inputs.node.annotations

@@ -74,7 +74,9 @@ class Worker:
     def __init__(self, label: str, code_root: Path, rig: str, kwargs: Mapping[str, Any]) -> None:
         self.label = label
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.bench.abworker", rig, json.dumps(dict(kwargs))],
+            # -P: without it Python puts the working directory (REPO_ROOT) first on sys.path, ahead of the shim,
+            # and the base worker would import this tree's koordlet too.
+            [sys.executable, "-P", "-m", "tests.bench.abworker", rig, json.dumps(dict(kwargs))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env(code_root), cwd=REPO_ROOT)
         self._expect("ready")
 

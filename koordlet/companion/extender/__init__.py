@@ -49,9 +49,12 @@ request could rewrite a real node's allocatable and thresholds for every later (
 idle connection, at most 64 connections and two requests decoded at once (:data:`DEFAULT_LIMITS`).
 
 **Cost**: everything that depends only on the node (allocatable, thresholds, the usage base above) is
-computed when a Node, a NodeMetric or an assignment changes; a request costs the pod's estimate once
-plus a few float operations per node.  Only ``cpu`` and ``memory`` are tracked: a threshold on another
-resource is skipped (as upstream does for a resource the node lacks), a weight on one scores 0.
+computed when a Node, a NodeMetric or an assignment changes, down to the smallest estimate each threshold
+rejects and the free capacity each score divides (:mod:`~koordlet.companion.extender.gates`, kept in flat
+arrays by :mod:`~koordlet.companion.extender.table`); a ``NodeNames`` request costs the pod's estimate once
+plus a lookup and a few integer comparisons per node, with the store's lock held while it reads them.  Only
+``cpu`` and ``memory`` are tracked: a threshold on another resource is skipped (as upstream does for a
+resource the node lacks), a weight on one scores 0.
 """
 
 from koordlet.companion.extender.args import ARGS_KIND, PLUGIN_NAME, AggregatedArgs, LoadAwareArgs

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from koordlet.apis import gojson
@@ -15,6 +16,7 @@ from koordlet.apis.gojson import member
 from koordlet.apis.nodemetric import DEFAULT_REPORT_INTERVAL_SECONDS, NodeMetric, NodeMetricStatus
 from koordlet.companion.extender.args import CPU, MEMORY, LoadAwareArgs
 from koordlet.companion.extender.pods import PodInfo, estimate_pod, parse_pod, quantity_value
+from koordlet.companion.extender.table import GateTable
 from koordlet.companion.extender.views import (
     ANNOTATION_CUSTOM_USAGE_THRESHOLDS,
     ANNOTATION_NODE_RAW_ALLOCATABLE,
@@ -55,6 +57,7 @@ class NodeStore:
         self._records: dict[str, NodeRecord] = {}
         self._views: dict[str, NodeView] = {}
         self._pod_nodes: dict[str, str] = {}
+        self._table = GateTable(self.args)
 
     # -- nodes
 
@@ -183,15 +186,22 @@ class NodeStore:
         """The current view of each named node, None for a node never heard of."""
         get = self._views.get
         with self._lock:
-            return [get(name) for name in names]
+            return list(map(get, names))
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[tuple[GateTable, Mapping[str, NodeView]]]:
+        """The gate table and the views, held still (under the lock) while a request reads them: a node's slot
+        is several array entries, which a concurrent rebuild must not change half-way through a read."""
+        with self._lock:
+            yield self._table, self._views
 
     def view(self, name: str) -> NodeView | None:
         with self._lock:
             return self._views.get(name)
 
-    def request_views(self, items: list[Any]) -> tuple[list[str], list[NodeView | None]]:
-        """The names and views of the ``items`` of a NodeList a request carries, in order; the store is
-        never changed by them.
+    def request_views(self, items: list[Any]) -> tuple[list[str], list[NodeView | None], bool]:
+        """The names and views of the ``items`` of a NodeList a request carries, in order, and whether every
+        view is the store's own (no node answered from the request's copy); the store is never changed by them.
 
         A node the store knows (from the Node watch) is answered from the store: a request cannot rewrite
         a real node's allocatable or thresholds, for itself or for anyone after it.  A node the store has
@@ -229,7 +239,7 @@ class NodeStore:
                 append_view(view)
         for i, name, signature in unknown:
             views[i] = self._transient_view(name, signature)
-        return names, views
+        return names, views, not unknown
 
     def _transient_view(self, name: str, signature: tuple[Any, ...]) -> NodeView:
         """The view of a node from a request's copy of its Node, not stored."""
@@ -261,8 +271,10 @@ class NodeStore:
             # Node, NodeMetric and pods all gone: forget the node (upstream podAssignCache.tryCleanup).
             self._records.pop(record.name, None)
             self._views.pop(record.name, None)
+            self._table.drop(record.name)
             return
-        self._views[record.name] = self._build_view(record)
+        view = self._views[record.name] = self._build_view(record)
+        self._table.put(view)
 
 
     def _build_view(self, record: NodeRecord) -> NodeView:

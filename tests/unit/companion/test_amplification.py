@@ -143,26 +143,26 @@ def test_the_leader_writes_only_what_differs_from_the_node() -> None:
     node: dict[str, str] = {}
     leader = [False]
     res, writer = resources(controller, node, leader)
-    res._write_amplification("n", "1.50")
+    res._write_amplification("n", res._inputs("n"), "1.50")
     assert writer.calls == []  # a standby computes, never writes
     leader[0] = True
-    res._write_amplification("n", "1.50")
+    res._write_amplification("n", res._inputs("n"), "1.50")
     assert amplification_writes(writer) == ['{"cpu":1.50,"memory":1.10}']
     node[ANNOTATION_RESOURCE_AMPLIFICATION_RATIO] = '{"cpu":1.50,"memory":1.10}'
     res, writer = resources(controller, node, leader)
-    res._write_amplification("n", "1.50")
+    res._write_amplification("n", res._inputs("n"), "1.50")
     assert writer.calls == []  # NeedSyncMeta: the same text is not rewritten
-    res._write_amplification("n", "1.00")  # normalization reset: only memory left
+    res._write_amplification("n", res._inputs("n"), "1.00")  # normalization reset: only memory left
     assert amplification_writes(writer) == ['{"memory":1.10}']
 
 
 def test_no_ratio_removes_the_annotation_and_a_node_without_one_is_left_alone() -> None:
     controller = configured(False, memory=1.1)
     res, writer = resources(controller, {ANNOTATION_RESOURCE_AMPLIFICATION_RATIO: '{"cpu":1.20}'}, [True])
-    res._write_amplification("n", "1.00")
+    res._write_amplification("n", res._inputs("n"), "1.00")
     assert amplification_writes(writer) == [None]
     res, writer = resources(controller, {}, [True])
-    res._write_amplification("n", None)
+    res._write_amplification("n", res._inputs("n"), None)
     assert writer.calls == []
 
 
@@ -170,7 +170,7 @@ def test_nothing_before_the_config_is_known() -> None:
     controller = SLOController()
     controller.set_node("n", {})
     res, writer = resources(controller, {}, [True])
-    res._write_amplification("n", "1.50")
+    res._write_amplification("n", res._inputs("n"), "1.50")
     assert writer.calls == []  # upstream: cfgHandler not available
 
 
@@ -178,7 +178,7 @@ def test_without_a_ratio_this_round_an_unreadable_node_ratio_is_refused(caplog: 
     controller = configured(True, memory=1.1)
     res, writer = resources(controller, {ANNOTATION_CPU_NORMALIZATION_RATIO: "fast"}, [True])
     with caplog.at_level(logging.WARNING, logger="koordlet.companion.noderesources"):
-        res._write_amplification("n", None)
+        res._write_amplification("n", res._inputs("n"), None)
     assert writer.calls == [] and [r.getMessage() for r in caplog.records] == [
         "resource amplification ratio refused, node left as it is"]
 
@@ -187,12 +187,12 @@ def test_a_refusal_is_logged_once_per_reason_and_the_annotation_left(caplog: pyt
     controller = configured(True, storage=0.5)
     res, writer = resources(controller, {ANNOTATION_RESOURCE_AMPLIFICATION_RATIO: '{"cpu":1.20}'}, [True])
     with caplog.at_level(logging.WARNING, logger="koordlet.companion.noderesources"):
-        res._write_amplification("n", "1.50")
-        res._write_amplification("n", "1.50")
+        res._write_amplification("n", res._inputs("n"), "1.50")
+        res._write_amplification("n", res._inputs("n"), "1.50")
         assert [r.node for r in caplog.records] == ["n"]  # type: ignore[attr-defined]
         controller.set_configmap({"resource-amplification-config": '{"enable":true,'
                                   '"resourceAmplificationRatio":{"storage":0.7}}'}, "cm2")
-        res._write_amplification("n", "1.50")
+        res._write_amplification("n", res._inputs("n"), "1.50")
         assert [r.error for r in caplog.records] == [  # type: ignore[attr-defined]
             "ratio of storage is 0.5, below 1", "ratio of storage is 0.7, below 1"]
     assert writer.calls == []

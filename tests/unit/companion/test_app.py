@@ -208,3 +208,40 @@ def test_the_companion_serves_its_metrics_and_stops_them(tmp_path: Path) -> None
     assert instance._metrics is None
     with pytest.raises(OSError):
         http.client.HTTPConnection(host, port, timeout=2).request("GET", "/metrics")
+
+
+def test_a_watched_nodemetric_not_newer_than_the_held_one_is_not_decoded(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path: Path) -> None:
+    """The watch echoes this replica's own writes: told apart by ``status.updateTime`` alone, before decoding."""
+    from koordlet.apis.nodemetric import format_time
+    from koordlet.companion import app
+
+    path = tmp_path / "slo-controller-config.yaml"
+    path.write_text(configmap(60))
+    instance = Companion(CompanionOptions(grpc_addr="127.0.0.1:0", extender_addr="127.0.0.1:0", token=TOKEN,
+                                          config_file=str(path)))
+    now = float(int(time.time()))
+
+    def nodemetric(updated: float, cpu: str) -> dict[str, Any]:
+        return {"metadata": {"name": "node-1"}, "status": {"updateTime": format_time(updated), "nodeMetric": {
+            "nodeUsage": {"resources": {"cpu": cpu, "memory": "1Gi"}}}}}
+
+    decoded: list[Any] = []
+    real = app.NodeMetricStatus.from_json
+
+    def counting(obj: Any, where: str = "status") -> NodeMetricStatus:
+        decoded.append(obj)
+        return real(obj, where)
+
+    monkeypatch.setattr(app.NodeMetricStatus, "from_json", counting)
+    instance.on_cluster_metric(nodemetric(now, "1"))
+    assert len(decoded) == 1
+    instance.on_cluster_metric(nodemetric(now, "1"))  # the echo
+    instance.on_cluster_metric(nodemetric(now - 60, "2"))  # older
+    assert len(decoded) == 1
+    view = instance.store.view("node-1")
+    assert view is not None and view.filter_used[0] == 1000
+    instance.on_cluster_metric(nodemetric(now + 60, "3"))  # newer: decoded and taken
+    assert len(decoded) == 2
+    view = instance.store.view("node-1")
+    assert view is not None and view.filter_used[0] == 3000
