@@ -73,9 +73,13 @@ class Worker:
 
     def __init__(self, label: str, code_root: Path, rig: str, kwargs: Mapping[str, Any]) -> None:
         self.label = label
+        env = worker_env(code_root)
+        # Run from the shim: ``python -m`` puts the working directory first on sys.path, so from REPO_ROOT the
+        # working tree's koordlet would shadow the shim's and both sides would measure the same code.
+        shim = env["PYTHONPATH"].split(os.pathsep)[0]
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.bench.abworker", rig, json.dumps(dict(kwargs))],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env(code_root), cwd=REPO_ROOT)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=shim)
         self._expect("ready")
 
     def _expect(self, what: str) -> Any:
