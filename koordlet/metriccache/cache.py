@@ -19,6 +19,7 @@ from koordlet.metriccache.ring import Ring
 log = logging.getLogger(__name__)
 
 Labels = tuple[tuple[str, str], ...]
+_LOOKUPS_KEPT = 64
 
 
 def labels_of(mapping: Mapping[str, str] | None = None, **kwargs: str) -> Labels:
@@ -82,6 +83,10 @@ class MetricCache:
         self._clock = clock
         self._lock = threading.RLock()
         self._rings: dict[tuple[str, Labels], Ring] = {}
+        self._generation = 0
+        """Counts the rings made and dropped: a lookup of rings made since it last moved still holds."""
+        self._lookups: dict[tuple[str, int], tuple[tuple[Labels, ...], int, list[Ring | None]]] = {}
+        """(name, id of a tuple of label sets) -> (that tuple, the generation, its rings): see :meth:`_rings_of`."""
         self.disk = DiskStore(settings.path, settings.retention_seconds, settings.max_disk_bytes)
 
     # ------------------------------------------------------------------------------------- writes
@@ -98,6 +103,7 @@ class MetricCache:
                     ring.append(t, v)
             ring.pending = 0
             self._rings[(name, labels)] = ring
+            self._generation += 1
         return ring
 
     def append(self, name: str, labels: Labels, t: float, value: float) -> None:
@@ -135,6 +141,7 @@ class MetricCache:
         """Forgets a series in memory (its pod went); its history ages out on disk."""
         with self._lock:
             ring = self._rings.pop((name, labels), None)
+            self._generation += 1
             if ring is not None and ring.pending and name not in self.settings.volatile:
                 self.disk.write([(series_key(name, labels), *ring.tail(ring.pending))])
 
@@ -155,6 +162,30 @@ class MetricCache:
         if max_age_seconds is not None and self._clock() - last[0] > max_age_seconds:
             return None
         return last
+
+    def latest_values(self, name: str, labels: Sequence[Labels], max_age_seconds: float) -> list[float | None]:
+        """:meth:`latest`'s value for each label set (None: no sample, or older than ``max_age_seconds``), under
+        one lock and one clock reading: strategies ask it of every pod or container every round."""
+        with self._lock:
+            lasts = [ring.last() if ring is not None else None for ring in self._rings_of(name, labels)]
+        now = self._clock()
+        return [None if last is None or now - last[0] > max_age_seconds else last[1] for last in lasts]
+
+    def _rings_of(self, name: str, labels: Sequence[Labels]) -> list[Ring | None]:
+        """The ring of each series (None: not held), under the lock.  A caller asking about the same tuple of
+        label sets round after round (a strategy's pods, kept while the pod list stays) gets the lookup it
+        got last time while no ring was made or dropped since: one dict lookup for the lot."""
+        if type(labels) is not tuple:
+            return [self._rings.get((name, one)) for one in labels]
+        key = (name, id(labels))
+        known = self._lookups.get(key)
+        if known is not None and known[0] is labels and known[1] == self._generation:
+            return known[2]
+        rings = [self._rings.get((name, one)) for one in labels]
+        if len(self._lookups) >= _LOOKUPS_KEPT:
+            self._lookups.clear()
+        self._lookups[key] = (labels, self._generation, rings)
+        return rings
 
     def window(self, name: str, labels: Labels, start: float, end: float) -> tuple[list[float], list[float]]:
         """Samples with start <= t <= end from memory, and from disk for what memory no longer holds."""
@@ -178,6 +209,25 @@ class MetricCache:
         values = self.window(name, labels, end - seconds, end)[1]
         return math.fsum(values) / len(values) if values else None
 
+    def means(self, name: str, labels: Sequence[Labels], seconds: float) -> list[float | None]:
+        """:meth:`mean` of each label set, with one clock reading and one lock for the series memory covers."""
+        end = self._clock()
+        start = end - seconds
+        out: list[float | None] = []
+        from_disk: list[int] = []
+        with self._lock:
+            for ring in self._rings_of(name, labels):
+                first = ring.first_time() if ring is not None else None
+                if ring is None or first is None or first > start:
+                    from_disk.append(len(out))  # memory does not reach back far enough: window() asks disk
+                    out.append(None)
+                    continue
+                out.append(ring.mean(start, end))
+        for i in from_disk:
+            values = self.window(name, labels[i], start, end)[1]
+            out[i] = math.fsum(values) / len(values) if values else None
+        return out
+
     def aggregate(self, name: str, labels: Labels, seconds: float, end: float | None = None) -> Aggregate | None:
         """Statistics of the last ``seconds`` (up to ``end``, default now); None without samples."""
         end = self._clock() if end is None else end
@@ -192,7 +242,7 @@ class MetricCache:
             volatile = self.settings.volatile
             for (name, labels), ring in self._rings.items():
                 if ring.pending and name not in volatile:
-                    chunks.append((series_key(name, labels), *ring.tail(ring.pending)))
+                    chunks.append((series_key(name, labels), *ring.tail_arrays(ring.pending)))
                 ring.pending = 0
         try:
             return self.disk.write(chunks)

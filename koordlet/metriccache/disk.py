@@ -101,7 +101,12 @@ def _describe(exc: BaseException) -> str:
 
 
 def encode_chunk(times: Sequence[float], values: Sequence[float]) -> bytes:
-    return zlib.compress(array("d", times).tobytes() + array("d", values).tobytes(), 1)
+    """Both columns as doubles, compressed; ``array('d')`` columns are packed as they are."""
+    return zlib.compress(_doubles(times).tobytes() + _doubles(values).tobytes(), 1)
+
+
+def _doubles(column: Sequence[float]) -> array[float]:
+    return column if isinstance(column, array) and column.typecode == "d" else array("d", column)
 
 
 def decode_chunk(blob: bytes, n: int) -> tuple[list[float], list[float]]:

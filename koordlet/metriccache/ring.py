@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 
 class Ring:
@@ -34,18 +35,25 @@ class Ring:
 
     def append(self, t: float, value: float) -> bool:
         """Adds a sample; returns False (and drops it) when it is not newer than the last one."""
-        cap = len(self._t)
-        if self._len and t <= self._t[(self._start + self._len - 1) % cap]:
-            return False
-        if self._len < cap:
-            i = (self._start + self._len) % cap
-            self._len += 1
+        # Locals and no modulo or min(): the collectors append thousands of samples a second.
+        times = self._t
+        cap, s, n = len(times), self._start, self._len
+        if n:
+            last = s + n - 1
+            if t <= times[last - cap if last >= cap else last]:
+                return False
+        if n < cap:
+            i = s + n
+            if i >= cap:
+                i -= cap
+            self._len = n = n + 1
         else:
-            i = self._start
-            self._start = (self._start + 1) % cap
-        self._t[i] = t
+            i = s
+            self._start = s + 1 if s + 1 < cap else 0
+        times[i] = t
         self._v[i] = value
-        self.pending = min(self.pending + 1, self._len)
+        pending = self.pending + 1
+        self.pending = pending if pending < n else n
         return True
 
     def last(self) -> tuple[float, float] | None:
@@ -61,6 +69,39 @@ class Ring:
         """Samples with start <= t <= end, oldest first.  Searches the buffers in place (C bisect) and
         copies only the window: strategies ask for a few seconds of hundreds of series every round."""
         return self._slice(self._search(start, bisect_left), self._search(end, bisect_right))
+
+    def mean(self, start: float, end: float) -> float | None:
+        """The average of the values of :meth:`window` (None when it holds none), summed exactly (``fsum``)
+        from the buffer without a list: strategies ask it of hundreds of series a round."""
+        t, s, n = self._t, self._start, self._len
+        if s + n <= len(t):
+            lo = bisect_left(t, start, s, s + n)
+            values: Sequence[float] = self._v[lo:bisect_right(t, end, lo, s + n)]
+        else:
+            values = self.values(start, end)
+        return math.fsum(values) / len(values) if values else None
+
+    def values(self, start: float, end: float) -> list[float]:
+        """The values of :meth:`window` alone: a mean over hundreds of series needs no times."""
+        t, s, n = self._t, self._start, self._len
+        # Within one sorted run, sliced in place: the run [start, start + len) of a ring that has not wrapped,
+        # or the newer run [0, start + len - capacity) of one that has, when the window begins in it (a window
+        # of the last seconds, unless the wrap point falls within it).
+        if s + n <= len(t):
+            lo = bisect_left(t, start, s, s + n)
+            return self._v[lo:bisect_right(t, end, lo, s + n)].tolist()
+        newer = s + n - len(t)
+        if t[0] <= start:
+            lo = bisect_left(t, start, 0, newer)
+            return self._v[lo:bisect_right(t, end, lo, newer)].tolist()
+        lo, hi = self._search(start, bisect_left), self._search(end, bisect_right)
+        if lo >= hi:
+            return []
+        cap = len(self._t)
+        a, b = (self._start + lo) % cap, (self._start + hi) % cap or cap
+        if a < b:
+            return self._v[a:b].tolist()
+        return self._v[a:].tolist() + self._v[:b].tolist()
 
     def _search(self, x: float, find: Callable[..., int]) -> int:
         """``find`` (bisect_left or bisect_right) over the logical order: the buffer holds at most two
@@ -81,6 +122,19 @@ class Ring:
         if a < b:
             return self._t[a:b].tolist(), self._v[a:b].tolist()
         return self._t[a:].tolist() + self._t[:b].tolist(), self._v[a:].tolist() + self._v[:b].tolist()
+
+    def tail_arrays(self, n: int) -> tuple[array[float], array[float]]:
+        """:meth:`tail` as ``array('d')`` copies: a flush hands thousands of series to disk, and a float
+        object per sample (24 bytes, and made only to be packed again) would make most of its time and
+        memory."""
+        n = min(max(n, 0), self._len)
+        if not n:
+            return array("d"), array("d")
+        cap = len(self._t)
+        a, b = (self._start + self._len - n) % cap, (self._start + self._len) % cap or cap
+        if a < b:
+            return self._t[a:b], self._v[a:b]
+        return self._t[a:] + self._t[:b], self._v[a:] + self._v[:b]
 
     def tail(self, n: int) -> tuple[list[float], list[float]]:
         """The newest ``n`` samples, oldest first."""

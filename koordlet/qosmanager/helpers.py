@@ -56,10 +56,43 @@ class PodUsage:
     pods: Mapping[str, float]
 
 
-def cpu_usage(options: Options, pods: Sequence[PodMeta]) -> PodUsage:
-    """Cores used by the node and by each pod, from samples no older than :func:`max_age`."""
+class PodSeries:
+    """The UIDs of a pod list and their metric-cache labels, worked out again only when the list is another
+    object (the informer hands out the same tuple until a pod changes): a strategy asking every pod's
+    usage every round keeps one."""
+
+    __slots__ = ("_chosen", "_select", "_source", "labels", "uids")
+
+    def __init__(self) -> None:
+        self._source: object = None
+        self.uids: list[str] = []
+        self.labels: tuple[tuple[tuple[str, str], ...], ...] = ()
+        """A tuple: the metric cache keeps its lookup of a tuple asked again."""
+        self._select: Callable[[PodMeta], bool] | None = None
+        self._chosen: list[bool] = []
+
+    def of(self, pods: Sequence[PodMeta]) -> PodSeries:
+        if pods is not self._source:
+            self.uids = [pod.uid for pod in pods]
+            self.labels = tuple(pod_labels(uid) for uid in self.uids)
+            self._select = None
+            self._source = pods
+        return self
+
+    def chosen(self, pods: Sequence[PodMeta], select: Callable[[PodMeta], bool]) -> list[bool]:
+        """``select(pod)`` of each pod, for the same list and the same ``select`` as last time."""
+        self.of(pods)
+        if select is not self._select:
+            self._chosen = [select(pod) for pod in pods]
+            self._select = select
+        return self._chosen
+
+
+def cpu_usage(options: Options, pods: Sequence[PodMeta], series: PodSeries | None = None) -> PodUsage:
+    """Cores used by the node and by each pod, from samples no older than :func:`max_age`; ``series``
+    keeps the pods' labels between rounds."""
     return _usage(options, pods, names.NODE_CPU_USAGE, names.POD_CPU_USAGE,
-                  max_age(options))
+                  max_age(options), series)
 
 
 def memory_usage(options: Options, pods: Sequence[PodMeta]) -> PodUsage:
@@ -69,14 +102,13 @@ def memory_usage(options: Options, pods: Sequence[PodMeta]) -> PodUsage:
                                        options.collector.res_used_interval_seconds)))
 
 
-def _usage(options: Options, pods: Sequence[PodMeta], node_name: str, pod_name: str, age: float) -> PodUsage:
+def _usage(options: Options, pods: Sequence[PodMeta], node_name: str, pod_name: str, age: float,
+           series: PodSeries | None = None) -> PodUsage:
     cache = options.cache
     node = cache.latest(node_name, (), age)
-    per_pod: dict[str, float] = {}
-    for pod in pods:
-        sample = cache.latest(pod_name, pod_labels(pod.uid), age)
-        if sample is not None:
-            per_pod[pod.uid] = sample[1]
+    found = (series or PodSeries()).of(pods)
+    values = cache.latest_values(pod_name, found.labels, age)
+    per_pod = {uid: value for uid, value in zip(found.uids, values, strict=True) if value is not None}
     return PodUsage(node[1] if node is not None else None, per_pod)
 
 
@@ -93,13 +125,27 @@ class SplitUsage:
     """max(node - all pods, 0): daemons, kernel threads, host applications."""
 
 
-def split_usage(usage: PodUsage, pods: Sequence[PodMeta], select: Callable[[PodMeta], bool]) -> SplitUsage | None:
-    """None without a fresh node sample."""
+def split_usage(usage: PodUsage, pods: Sequence[PodMeta], select: Callable[[PodMeta], bool],
+                series: PodSeries | None = None) -> SplitUsage | None:
+    """None without a fresh node sample; ``series`` keeps the pods' UIDs and ``select`` answers between
+    rounds (``select`` must then answer from what the pod object holds)."""
     if usage.node is None:
         return None
     matched = others = 0.0
+    per_pod = usage.pods
+    if series is not None:
+        found = series.of(pods)
+        for uid, chosen in zip(found.uids, found.chosen(pods, select), strict=True):
+            value = per_pod.get(uid)
+            if value is None:
+                continue
+            if chosen:
+                matched += value
+            else:
+                others += value
+        return SplitUsage(usage.node, matched, others, max(usage.node - matched - others, 0.0))
     for pod in pods:
-        value = usage.pods.get(pod.uid)
+        value = per_pod.get(pod.uid)
         if value is None:
             continue
         if select(pod):

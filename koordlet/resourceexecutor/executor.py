@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import NamedTuple
 
 from koordlet.errors import KoordletError, Unsupported, from_errno, missing_file
 from koordlet.resourceexecutor import cfsquota
@@ -66,6 +67,22 @@ _CPUSET_HINTS = {
     errno.EACCES: "cpuset.cpus must be a subset of the parent's (write the parent first)",
     errno.EBUSY: "a child cpuset still uses CPUs being removed (write the children first)",
 }
+
+
+_QUIET_BATCHES = 64
+_QUIET_BATCH_MIN = 32
+"""Smaller batches (a pod's hook writes) cost little to answer one by one."""
+
+
+class _QuietBatch(NamedTuple):
+    updates: tuple[CgroupUpdate, ...]
+    """Held so that the ids below stay theirs."""
+    ids: tuple[int, ...]
+    results: tuple[Result, ...]
+    version: int
+    """The ledger's version when the batch was answered."""
+    oldest: float
+    """When the oldest of its values was written."""
 
 
 class _PathLock:
@@ -122,6 +139,12 @@ class ResourceExecutor:
         """Keyed by path, or by resource key for updates that never resolved to a file."""
         self._prepared: dict[tuple[str, str, type, object], Prepared] = {}
         """(resource, rel_dir, value type, value) -> the update resolved and validated once."""
+        self._quiet_batches: dict[tuple[int, int], _QuietBatch] = {}
+        """(id of its first update, its length) -> a batch of at least :data:`_QUIET_BATCH_MIN` updates, every
+        one skipped as unchanged.  A strategy whose values stay hands the same update objects round after
+        round (cpuburst's bursts, cpusuppress's cpusets over 1,000 containers): while the ledger did not change
+        since and the oldest of the batch's writes is within the force-update window, it gets the same answers
+        whole.  An entry holds its updates, so their ids are not reused while it is kept."""
 
     # ------------------------------------------------------------------------------------------- public
 
@@ -131,7 +154,8 @@ class ResourceExecutor:
         Order of writes: the top-down merged values of leveled resources, then the other updates in
         batch order, then the final leveled values bottom-up."""
         batch = list(updates)
-        if any(u.key in MERGE or (self._v1_quota and u.resource is CPU_CFS_QUOTA) for u in batch):
+        v1_quota = self._v1_quota
+        if any(u.resource.key in MERGE or (v1_quota and u.resource is CPU_CFS_QUOTA) for u in batch):
             with self._tree_lock, self._lock:
                 return self._apply_locked(batch)
         with self._lock:
@@ -180,6 +204,38 @@ class ResourceExecutor:
     def _apply_locked(self, batch: list[CgroupUpdate]) -> list[Result]:
         now = self._clock()
         self._ledger.prune(now)
+        if not batch:
+            return []
+        quiet_key = (id(batch[0]), len(batch))
+        known = self._quiet_batches.get(quiet_key)
+        if (known is not None and known.version == self._ledger.version
+                and now - known.oldest < self._ledger.force_update_seconds
+                and known.ids == tuple(map(id, batch))):
+            return list(known.results)
+        from_memo: list[Prepared] = []
+        results = self._apply_each(batch, now, from_memo)
+        self._remember_quiet(quiet_key, batch, results, from_memo)
+        return results
+
+    def _remember_quiet(self, key: tuple[int, int], batch: list[CgroupUpdate], results: list[Result],
+                        from_memo: list[Prepared]) -> None:
+        """Keeps a batch answered with nothing but skips from the memo (``from_memo``: the prepared updates
+        skipped so, by their target's last write alone), see :attr:`_quiet_batches`; forgets one that was not."""
+        if len(from_memo) != len(batch) or len(batch) < _QUIET_BATCH_MIN:
+            self._quiet_batches.pop(key, None)
+            return
+        written_at = self._ledger.written_at
+        times = [written_at(p.target) for p in from_memo]
+        if None in times:
+            return
+        if len(self._quiet_batches) >= _QUIET_BATCHES:
+            self._quiet_batches.clear()
+        self._quiet_batches[key] = _QuietBatch(tuple(batch), tuple(map(id, batch)), tuple(results),
+                                               self._ledger.version, min(t for t in times if t is not None))
+
+    def _apply_each(self, batch: list[CgroupUpdate], now: float, from_memo: list[Prepared]) -> list[Result]:
+        """The batch answered update by update; appends to ``from_memo`` each one skipped from the memo as
+        unchanged."""
         results: list[Result | None] = [None] * len(batch)
         leveled: list[Prepared] = []
         pending: list[Prepared] = []
@@ -202,6 +258,7 @@ class ResourceExecutor:
                 # The steady round's answer, straight from the memo.  A v1 CFS quota is fitted to its
                 # parents only when it is written, so skipping it needs nothing else either.
                 results[index] = Result(update, Outcome.SKIPPED_UNCHANGED, done.path, done.text)
+                from_memo.append(done)
                 if done.leveled:
                     quiet.append((index, update, done))
                 continue

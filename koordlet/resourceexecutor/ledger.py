@@ -101,6 +101,9 @@ class WriteLedger:
         self._streaks: dict[str, Streak] = {}
         """target (or another key for requests that never resolved to one) -> its failure streak."""
         self._next_prune = clock() + force_update_seconds
+        self.version = 0
+        """Counts the changes to what :meth:`unchanged` answers from (values written, refused, forgotten,
+        pruned): a caller's answers stay good while it does not move and their window does not end."""
 
     # ------------------------------------------------------------------------------------------ asking
 
@@ -130,6 +133,11 @@ class WriteLedger:
         return (written is not None and written.text == text and now - written.at < self.force_update_seconds
                 and target not in self._refused)
 
+    def written_at(self, target: str) -> float | None:
+        """When the value remembered for ``target`` was written (None: nothing remembered)."""
+        written = self._written.get(target)
+        return None if written is None else written.at
+
     def last_written(self, target: str, *, lines: bool = False) -> str | None:
         """The text last written to ``target`` and still remembered, or None.  ``lines``: for a file whose
         lines are remembered one by one (``<file>/<line key>``), those lines, joined."""
@@ -144,6 +152,7 @@ class WriteLedger:
 
     def written(self, target: str, text: str, now: float, *, recovered: bool = True) -> None:
         """``text`` is in ``target`` now; ends the target's failure streak when ``recovered``."""
+        self.version += 1
         self._written[target] = Written(text, now)
         self._refused.pop(target, None)
         if not recovered:
@@ -159,6 +168,7 @@ class WriteLedger:
         errno ``code``: classifies it, backs the value (or, for a missing file or feature, every value) off,
         logs the failure once per kind and forgets what is below a directory found gone.  Returns the
         outcome; ``message`` is the error the caller reports."""
+        self.version += 1
         self._written.pop(target, None)  # the target's content is unknown now
         path = target if path is None else path
         outcome = classify(code, path)
@@ -172,6 +182,7 @@ class WriteLedger:
 
     def refuse(self, target: str, text: str | None, now: float, reason: str) -> None:
         """Backs ``text`` (None: any value) off for ``target`` until the retry window ends."""
+        self.version += 1
         self._refused[target] = Refusal(text, now + self.retry_seconds, reason)
 
     def log_failure(self, key: str, kind: str, message: str, *, extra: Mapping[str, Any] | None = None) -> None:
@@ -195,6 +206,7 @@ class WriteLedger:
         ``io.cost.qos`` targets ``<file>/<maj:min> <keys>`` included) and ``<file>`` all of them.  The
         failure streaks stay: a caller that forgets a target every round (it drifted) while its write keeps
         failing must not make the failure logged every round."""
+        self.version += 1
         if path is None:
             self._written.clear()
             self._refused.clear()
@@ -207,6 +219,7 @@ class WriteLedger:
     def drop_below(self, directory: str) -> None:
         """Forgets everything about ``directory`` and the targets below it, failure streaks included: it is
         gone, and whatever is made again under its name starts afresh."""
+        self.version += 1
         prefix = directory.rstrip("/") + "/"
         for table in (self._written, self._refused, self._streaks):
             for key in [k for k in table if k == directory or k.startswith(prefix)]:
@@ -214,6 +227,7 @@ class WriteLedger:
 
     def clear(self) -> None:
         """Forgets everything, failure streaks included."""
+        self.version += 1
         self._written.clear()
         self._refused.clear()
         self._streaks.clear()
@@ -223,6 +237,7 @@ class WriteLedger:
         if now < self._next_prune:
             return
         self._next_prune = now + max(self.force_update_seconds, 1.0)
+        self.version += 1
         for key in [k for k, v in self._written.items() if now - v.at >= self.force_update_seconds]:
             del self._written[key]
         for key in [k for k, v in self._refused.items() if now >= v.until]:

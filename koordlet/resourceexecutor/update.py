@@ -38,7 +38,9 @@ class Outcome(enum.Enum):
     """Any other error (EACCES/EPERM, EBUSY, ENOSPC, EIO...)."""
 
 
-_OK = frozenset({Outcome.WRITTEN, Outcome.SKIPPED_UNCHANGED, Outcome.DONE})
+_OK = (Outcome.WRITTEN, Outcome.SKIPPED_UNCHANGED, Outcome.DONE)
+"""A tuple: ``in`` matches members by identity, where a set would call Enum's ``__hash__`` (Python code)
+for every one of the thousands of results of a round."""
 
 
 @dataclass(frozen=True, init=False, slots=True)

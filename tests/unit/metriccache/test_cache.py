@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import math
 import random
 import sqlite3
 from pathlib import Path
@@ -176,3 +177,38 @@ def test_ring_window_and_tail_match_a_plain_list_across_wraparounds() -> None:
         n = rng.randint(0, 12)
         newest = kept[len(kept) - min(n, len(kept)):] if n else []
         assert ring.tail(n) == (newest, [x * 10 for x in newest])
+        times, values = ring.tail_arrays(n)
+        assert (times.tolist(), values.tolist()) == ring.tail(n)
+        assert ring.values(start, end) == [x * 10 for x in inside]
+        assert ring.mean(start, end) == (math.fsum(x * 10 for x in inside) / len(inside) if inside else None)
+
+
+def test_batch_queries_answer_as_one_query_per_series(tmp_path: Path) -> None:
+    """latest_values() and means() give what latest() and mean() give series by series, also after series are
+    made or dropped between two asks with the same tuple of label sets, and from disk for a window memory
+    does not cover."""
+    clock = Clock()
+    cache = make(tmp_path, clock, default_window_seconds=10.0)
+    start = clock.now
+    asked = (labels_of(pod="a"), labels_of(pod="b"), labels_of(pod="c"))
+    for i in range(40):
+        clock.now = start + i
+        cache.append("pod_cpu", asked[0], clock.now, float(i))
+        if i >= 35:
+            cache.append("pod_cpu", asked[1], clock.now, 2.0 * i)
+        if i % 5 == 0:
+            cache.flush()
+
+    def expected() -> tuple[list[object], list[object]]:
+        latest = [cache.latest("pod_cpu", one, 3.0) for one in asked]
+        return ([None if s is None else s[1] for s in latest], [cache.mean("pod_cpu", one, 20.0) for one in asked])
+
+    for _ in range(2):  # the second ask reuses the first one's lookup
+        assert (cache.latest_values("pod_cpu", asked, 3.0), cache.means("pod_cpu", asked, 20.0)) == expected()
+    assert cache.means("pod_cpu", asked, 20.0)[0] == pytest.approx(29.0)  # 19..39: disk and memory
+    cache.append("pod_cpu", asked[2], clock.now, 7.0)  # a series made after the lookup
+    cache.drop("pod_cpu", asked[1])
+    assert cache.latest_values("pod_cpu", asked, 3.0) == [39.0, None, 7.0]
+    assert (cache.latest_values("pod_cpu", list(asked), 3.0), cache.means("pod_cpu", asked, 20.0)) == expected()
+    clock.now += 10
+    assert cache.latest_values("pod_cpu", asked, 3.0) == [None, None, None]

@@ -207,6 +207,37 @@ def test_unchanged_value_is_skipped_until_the_forced_rewrite(fake_cgroup_host: F
     assert executor.apply([upd(r.CPU_CFS_QUOTA, 30_000)])[0].outcome is Outcome.SKIPPED_UNCHANGED
 
 
+def test_a_steady_batch_answered_whole_keeps_every_rule(fake_cgroup_host: FakeHost) -> None:
+    """A batch of the same update objects, every one unchanged, is answered at once (a strategy over 1,000
+    containers every second): the answers are the ones update by update would give, and a write anywhere, a
+    forget or the end of the force-update window has it answered update by update again."""
+    dirs = [f"{BE}/pod{i}" for i in range(40)]
+    for rel_dir in dirs:
+        fake_cgroup_host.mkdir_cgroup(rel_dir)
+    executor, clock, writer, audit = make(fake_cgroup_host, force_update_seconds=60)
+    batch = [upd(r.CPU_SHARES, 1024, rel_dir) for rel_dir in dirs]
+    assert {res.outcome for res in executor.apply(batch)} == {Outcome.WRITTEN}
+    for _ in range(3):
+        clock.advance(1)
+        results = executor.apply(batch)
+        assert [(res.update, res.outcome) for res in results] == [(u, Outcome.SKIPPED_UNCHANGED) for u in batch]
+    assert len(writer.writes) == 40 and len(audit.entries) == 40
+    # Forgotten behind the batch's back: written again at once.
+    executor.forget(str(fake_cgroup_host.cgroup_path(dirs[3], r.CPU_SHARES)))
+    assert [res.outcome for res in executor.apply(batch)][2:5] == [
+        Outcome.SKIPPED_UNCHANGED, Outcome.WRITTEN, Outcome.SKIPPED_UNCHANGED]
+    # The batch's oldest write leaves the window: rewritten, all but the one rewritten above.
+    clock.advance(56)  # the first writes were 59 s ago
+    assert [res.outcome for res in executor.apply(batch)].count(Outcome.SKIPPED_UNCHANGED) == 40
+    clock.advance(1)
+    outcomes = [res.outcome for res in executor.apply(batch)]
+    assert outcomes.count(Outcome.WRITTEN) == 39 and outcomes[3] is Outcome.SKIPPED_UNCHANGED
+    # Another value of one update (a new object in the batch): only that one is written.
+    batch[7] = upd(r.CPU_SHARES, 2048, dirs[7])
+    assert [res.outcome for res in executor.apply(batch)].count(Outcome.WRITTEN) == 1
+    assert len(writer.writes) == 40 + 1 + 39 + 1
+
+
 def test_changed_value_is_written_at_once(fake_cgroup_host: FakeHost) -> None:
     fake_cgroup_host.mkdir_cgroup(BE)
     executor, clock, writer, _ = make(fake_cgroup_host)

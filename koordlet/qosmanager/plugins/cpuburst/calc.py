@@ -98,13 +98,27 @@ class PodShare:
 def share_pool(cpu_count: int, node_used: float | None, pods: Iterable[PodShare], threshold_percent: int
                ) -> SharePool:
     """Koordinator ``getNodeStateForBurst``; system usage stays in the pool, for caution."""
+    pods = list(pods)
+    return pool_state(pool_total(cpu_count, [p.request_cores for p in pods if p.exclusive]), node_used,
+                      [p.usage_cores for p in pods if p.outside], threshold_percent)
+
+
+def pool_total(cpu_count: int, exclusive_requests: Iterable[float]) -> float:
+    """The share pool's cores: the node's minus the CPU requests of the LSE/LSR pods (in pod order)."""
     total = float(cpu_count)
+    for request in exclusive_requests:
+        total -= request
+    return total
+
+
+def pool_state(total: float, node_used: float | None, outside_usages: Iterable[float | None],
+               threshold_percent: int) -> SharePool:
+    """:func:`share_pool` from the pool's cores and the usage of the pods outside it (LSE, LSR, BE; None:
+    no sample), for a caller that keeps the part that changes only with the pods."""
     used = node_used if node_used is not None else 0.0
-    for pod in pods:
-        if pod.exclusive:
-            total -= pod.request_cores
-        if pod.outside and pod.usage_cores is not None:
-            used -= pod.usage_cores
+    for usage in outside_usages:
+        if usage is not None:
+            used -= usage
     if node_used is None:
         return SharePool(total, used, threshold_percent, NodeState.UNKNOWN)
     return SharePool(total, used, threshold_percent, node_state(used / total if total > 0 else 1.0,

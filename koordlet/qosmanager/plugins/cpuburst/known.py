@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from koordlet.system.cgroupfile import CgroupFile
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     value: int
     at: float
@@ -47,8 +47,18 @@ class Known:
             return None
         return entry.value
 
-    def remember(self, resource: CgroupFile, rel_dir: str, value: int, now: float) -> None:
-        self._entries[(resource.key, rel_dir)] = _Entry(value, now)
+    def remember(self, resource: CgroupFile, rel_dir: str, value: int, now: float) -> int | None:
+        """Returns the value known before (None when unknown)."""
+        key = (resource.key, rel_dir)
+        entry = self._entries.get(key)
+        if entry is None:
+            self._entries[key] = _Entry(value, now)
+            return None
+        # Every steady round remembers every file again: no new entry for that.
+        previous = entry.value
+        entry.value = value
+        entry.at = now
+        return previous
 
     def drop(self, resource: CgroupFile, rel_dir: str) -> None:
         self._entries.pop((resource.key, rel_dir), None)

@@ -52,11 +52,20 @@ class PodConfigs:
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, str, CPUBurstStrategy], PodConfig] = {}
+        self._plain: PodConfig | None = None
+        """The config of a pod without the annotation (the node's), kept while the node's stays the same."""
+
+    def plain(self, node: CPUBurstStrategy) -> PodConfig:
+        """The config of a pod without the annotation: the node's."""
+        plain = self._plain
+        if plain is None or plain.config is not node:
+            plain = self._plain = PodConfig(node)
+        return plain
 
     def get(self, pod_key: str, annotations: Mapping[str, str], node: CPUBurstStrategy) -> PodConfig:
         text = annotations.get(ANNOTATION_CPU_BURST)
         if text is None:
-            return PodConfig(node)
+            return self.plain(node)
         key = (pod_key, text, node)
         found = self._cache.get(key)
         if found is None:

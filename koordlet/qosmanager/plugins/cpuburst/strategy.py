@@ -15,11 +15,10 @@ their burst undone; so does every pod when the strategy is switched off."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from koordlet.apis.extension import LABEL_QOS, QoSClass, qos_from_label
@@ -38,12 +37,19 @@ from koordlet.qosmanager.plugins.cpuburst.plan import (
     PodPlan,
     Prepared,
     Round,
+    Slot,
     change_numbers,
     count,
     prepare,
     undo,
 )
-from koordlet.qosmanager.plugins.cpuburst.podconfig import NONE, PodConfigs, burst_enabled, quota_burst_enabled
+from koordlet.qosmanager.plugins.cpuburst.podconfig import (
+    ANNOTATION_CPU_BURST,
+    NONE,
+    PodConfigs,
+    burst_enabled,
+    quota_burst_enabled,
+)
 from koordlet.qosmanager.plugins.cpuburst.tokens import TokenBucket, capacity
 from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
 from koordlet.statesinformer.framework import PodMeta
@@ -59,6 +65,7 @@ MAX_SHARE_POOL_WINDOW_SECONDS = 10.0
 DEFAULT_CPU_BURST_PERCENT = 1000
 _READ_ERRORS = (KoordletError, OSError)
 _NOT_BURSTABLE = (QoSClass.LSE, QoSClass.LSR, QoSClass.BE)
+_UNREAD: Any = object()
 
 
 def burstable(meta: PodMeta) -> bool:
@@ -66,8 +73,54 @@ def burstable(meta: PodMeta) -> bool:
     return qos_from_label(meta.pod.labels.get(LABEL_QOS)) not in _NOT_BURSTABLE and not meta.pod.terminated
 
 
+_Facts = tuple[CPUBurstStrategy, Slot, int, bool, int, bool]
+
+
+def _facts(slot: Slot, cfg: CPUBurstStrategy) -> _Facts:
+    """(cfg, slot, the quota's ceiling, whether the quota is scaled, the burst wanted, whether a token bucket
+    limits it) of a container under ``cfg``: what its round needs of its limit and the strategy, the same
+    round after round."""
+    percent = cfg.cpu_burst_percent if cfg.cpu_burst_percent is not None else DEFAULT_CPU_BURST_PERCENT
+    desired = calc.burst_us(slot.limit_milli, percent) if burst_enabled(cfg.policy) else 0
+    period = cfg.cfs_quota_burst_period_seconds
+    return (cfg, slot, calc.ceil_quota(slot.base, cfg.cfs_quota_burst_percent), quota_burst_enabled(cfg.policy),
+            desired, period is not None and period >= 0)
+
+
+def _owner(meta: PodMeta) -> str:
+    """Who the audit log says wants a pod's writes; built only for a write that is not last round's."""
+    return f"{NAME}: {meta.pod.key}"
+
+
 def node_strategy(slo: NodeSLOSpec) -> CPUBurstStrategy:
     return slo.cpu_burst_strategy or default_cpu_burst_strategy()
+
+
+class _PodsView:
+    """What a round needs from the informer's pod list that changes only with the list (the informer hands
+    out the same tuple until a pod changes): the burstable pods, the slots whose throttling the round reads,
+    the pods outside the share pool and the cgroups kept track of.  Rounds run every second over every
+    container, so this is worked out once per list."""
+
+    __slots__ = ("burstable", "cids", "dirs", "every", "live", "outside_labels", "outside_requests", "slot_labels",
+                 "source", "uids")
+
+    def __init__(self, source: Sequence[PodMeta], burstable: list[PodMeta], prepared: Sequence[Prepared],
+                 statics: Sequence[tuple[PodMeta, bool, bool, float]]) -> None:
+        self.source = source
+        self.burstable = burstable
+        slots = [slot for p in prepared for slot in p.slots]
+        self.cids = [slot.cid for slot in slots]
+        # Tuples: the metric cache keeps its lookup of a tuple asked again (MetricCache._rings_of).
+        self.slot_labels = tuple(slot.labels for slot in slots)
+        outside = [s for s in statics if s[1]]
+        self.outside_labels = tuple(pod_labels(s[0].uid) for s in outside)
+        self.outside_requests = [s[3] for s in outside if s[2]]
+        self.every = frozenset(m.uid for m in source)
+        self.uids = frozenset(m.uid for m in burstable)
+        self.live = frozenset(c.container_id for m in burstable for c in m.containers)
+        self.dirs = frozenset({m.cgroup_dir for m in burstable} | {c.cgroup_dir for m in burstable
+                                                                   for c in m.containers})
 
 
 class CPUBurst:
@@ -94,6 +147,15 @@ class CPUBurst:
         """Pod UID -> pod quota beyond its containers' (pod overhead, init containers), seen at first sight."""
         self._burst_unsupported: str | None = None
         self._burst_unsupported_told = False
+        self._view: _PodsView | None = None
+        self._forgotten: _PodsView | None = None
+        """The view :meth:`_forget_gone` last pruned the tables to: nothing else is kept of other pods."""
+        self._facts: dict[str, _Facts] = {}
+        """Container id -> what :func:`_facts` worked out for it under the strategy in force."""
+        self._scaling: tuple[NodeState, float, float] = (NodeState.UNKNOWN, 0.0, 0.0)
+        """(share pool state, now, max sample age) of the round being planned."""
+        self._throttled: dict[str, float | None] | None = None
+        """Container id -> its fresh throttled ratio this round, read for every container at first need."""
         if options.probes.get(BURST.key) is False:
             self._burst_unsupported = "the cpu_cfs_burst probe found no cpu.cfs_burst_us / cpu.max.burst"
 
@@ -116,68 +178,93 @@ class CPUBurst:
     def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
         rnd = Round(self.options.clock())
         self._known.refresh_seconds = self.options.config.resource_force_update_seconds
-        pods = [m for m in self.options.informer.pods() if burstable(m)]
+        view = self._pods_view()
+        pods = view.burstable
         if not enabled:
             return self._restore(pods, rnd)
         node = node_strategy(slo)
-        pool = self._share_pool(node)
-        max_age = helpers.max_age(self.options)
+        pool = self._share_pool(node, view)
+        self._scaling = (pool.state, rnd.now, helpers.max_age(self.options))
+        self._throttled = None
+        configs = self._configs
         for meta in pods:
-            pod_config = self._configs.get(meta.pod.key, meta.pod.annotations, node)
+            annotations = meta.pod.annotations
+            pod_config = (configs.get(meta.pod.key, annotations, node) if ANNOTATION_CPU_BURST in annotations
+                          else configs.plain(node))
             if pod_config.error is not None:
                 rnd.bad_annotations.append(pod_config.error)
-            self._plan_pod(meta, rnd, functools.partial(self._scale, cfg=pod_config.config, state=pool.state,
-                                                        now=rnd.now, max_age=max_age))
+            self._plan_pod(meta, rnd, self._scale, pod_config.config)
+        self._throttled = None
         self._apply(rnd)
-        self._forget_gone(pods, rnd.now)
+        self._forget_gone(view, rnd.now)
         return self._scaled(rnd, pool, node)
 
-    # ------------------------------------------------------------------------------------------ planning
+    def _pods_view(self) -> _PodsView:
+        source = self.options.informer.pods()
+        view = self._view
+        if view is not None and view.source is source:
+            return view
+        burst = [m for m in source if burstable(m)]
+        view = self._view = _PodsView(source, burst, [self._prepared_of(m) for m in burst],
+                                      [self._static_of(m) for m in source])
+        return view
 
-    def _share_pool(self, node: CPUBurstStrategy) -> calc.SharePool:
-        cache = self.options.cache
-        window = min(5 * self.interval(), MAX_SHARE_POOL_WINDOW_SECONDS)
-        node_used = cache.aggregate(names.NODE_CPU_USAGE, (), window)
-        shares = []
-        for meta in self.options.informer.pods():
-            static = self._share_static.get(meta.uid)
-            if static is None or static[0] is not meta:
-                # Class and request change only with the pod object: worked out once per object.
-                qos = qos_from_label(meta.pod.labels.get(LABEL_QOS))
-                request = sum(c.requests.cpu_milli or 0 for c in meta.pod.containers) / 1000
-                static = self._share_static[meta.uid] = (meta, qos in _NOT_BURSTABLE,
-                                                         qos in (QoSClass.LSE, QoSClass.LSR), request)
-            _, outside, exclusive, request = static
-            if outside:
-                used = cache.mean(names.POD_CPU_USAGE, pod_labels(meta.uid), window)
-                shares.append(calc.PodShare(exclusive, True, request, used))
-        threshold = node.share_pool_threshold_percent
-        return calc.share_pool(self.options.informer.node().cpu_count, node_used.avg if node_used else None, shares,
-                               threshold if threshold is not None else calc.DEFAULT_SHARE_POOL_THRESHOLD_PERCENT)
-
-    def _plan_pod(self, meta: PodMeta, rnd: Round, plan: Callable[[ContainerPlan], None]) -> None:
-        """Finds the quotas of the pod's containers that have a CPU limit, lets ``plan`` set each one's
-        target and burst, then fits the pod cgroup around them and queues the writes in a safe order."""
+    def _prepared_of(self, meta: PodMeta) -> Prepared:
         prepared = self._prepared.get(meta.uid)
         if prepared is None or prepared.meta is not meta:
             prepared = self._prepared[meta.uid] = prepare(meta)
+        return prepared
+
+    def _static_of(self, meta: PodMeta) -> tuple[PodMeta, bool, bool, float]:
+        static = self._share_static.get(meta.uid)
+        if static is None or static[0] is not meta:
+            # Class and request change only with the pod object: worked out once per object.
+            qos = qos_from_label(meta.pod.labels.get(LABEL_QOS))
+            request = sum(c.requests.cpu_milli or 0 for c in meta.pod.containers) / 1000
+            static = self._share_static[meta.uid] = (meta, qos in _NOT_BURSTABLE,
+                                                     qos in (QoSClass.LSE, QoSClass.LSR), request)
+        return static
+
+    # ------------------------------------------------------------------------------------------ planning
+
+    def _share_pool(self, node: CPUBurstStrategy, view: _PodsView) -> calc.SharePool:
+        cache = self.options.cache
+        window = min(5 * self.interval(), MAX_SHARE_POOL_WINDOW_SECONDS)
+        node_used = cache.aggregate(names.NODE_CPU_USAGE, (), window)
+        used = cache.means(names.POD_CPU_USAGE, view.outside_labels, window)
+        threshold = node.share_pool_threshold_percent
+        total = calc.pool_total(self.options.informer.node().cpu_count, view.outside_requests)
+        return calc.pool_state(total, node_used.avg if node_used else None, used,
+                               threshold if threshold is not None else calc.DEFAULT_SHARE_POOL_THRESHOLD_PERCENT)
+
+    def _plan_pod(self, meta: PodMeta, rnd: Round, plan: Callable[[ContainerPlan, CPUBurstStrategy | None], None],
+                  cfg: CPUBurstStrategy | None = None) -> None:
+        """Finds the quotas of the pod's containers that have a CPU limit, lets ``plan`` set each one's
+        target and burst (under ``cfg``), then fits the pod cgroup around them and queues the writes in a
+        safe order."""
+        prepared = self._prepared_of(meta)
         if not prepared.slots:
             return
         containers: list[ContainerPlan] = []
         unread = False
+        fresh, now = self._known.fresh, rnd.now
         for slot in prepared.slots:
-            problems = len(rnd.problems)
-            current = self._current(slot.cgroup_dir, rnd, meta, slot.name)
+            current = fresh(QUOTA, slot.cgroup_dir, now)
             if current is None:
-                unread = unread or len(rnd.problems) > problems
-                continue
+                problems = len(rnd.problems)
+                current = self._current(slot.cgroup_dir, rnd, meta, slot.name)
+                if current is None:
+                    unread = unread or len(rnd.problems) > problems
+                    continue
             c = ContainerPlan(meta, slot, current, current)
-            plan(c)
+            plan(c, cfg)
             containers.append(c)
         if not containers:
             return
         rnd.containers += containers
-        pod_current = self._current(meta.cgroup_dir, rnd, meta)
+        pod_current = fresh(QUOTA, meta.cgroup_dir, now)
+        if pod_current is None:
+            pod_current = self._current(meta.cgroup_dir, rnd, meta)
         if pod_current is None:
             # Without the pod's quota a larger child could be refused (v1) or silently capped (v2):
             # keep every quota as it is this round, bursts capped at the current quotas.
@@ -193,8 +280,9 @@ class CPUBurst:
             if unread:
                 # A container whose quota could not be read may be scaled up: never shrink below it.
                 pod.target = max(pod.target, pod_current)
-        if any(c.burst is not None for c in containers):
-            pod.burst = calc.safe_burst_us(sum(c.burst or 0 for c in containers), pod.target)
+        bursts = [c.burst for c in containers if c.burst is not None]
+        if bursts:
+            pod.burst = calc.safe_burst_us(sum(bursts), pod.target)
         self._queue(pod, rnd)
 
     def _pod_quota(self, prepared: Prepared, containers: Sequence[ContainerPlan], pod_current: int) -> int:
@@ -211,19 +299,35 @@ class CPUBurst:
         slack = self._pod_slack.setdefault(prepared.meta.uid, max(0, pod_current - current_sum))
         return slack + target_sum
 
-    def _scale(self, c: ContainerPlan, *, cfg: CPUBurstStrategy, state: NodeState, now: float, max_age: float
-               ) -> None:
-        """Koordinator ``genOperationByContainer`` + ``changeOperationByNode`` + the burst of the target."""
+    def _scale(self, c: ContainerPlan, cfg: CPUBurstStrategy | None) -> None:
+        """Koordinator ``genOperationByContainer`` + ``changeOperationByNode`` + the burst of the target,
+        under the pod's ``cfg`` and the round's :attr:`_scaling`."""
+        assert cfg is not None
+        state, now, max_age = self._scaling
         slot = c.slot
-        c.ceil = ceil = calc.ceil_quota(slot.base, cfg.cfs_quota_burst_percent)
-        allowed = self._limiter(c, cfg, now, max_age)
-        if not quota_burst_enabled(cfg.policy):
+        facts = self._facts.get(slot.cid)
+        if facts is None or facts[0] is not cfg or facts[1] is not slot:
+            facts = self._facts[slot.cid] = _facts(slot, cfg)
+        c.ceil = ceil = facts[2]
+        # Without a period the limiter always allows (and keeps no bucket).
+        allowed = self._limiter(c, cfg, now, max_age) if facts[5] else True
+        if not facts[3]:
             wanted = Operation.RESET
         elif not allowed:
             wanted = Operation.DOWN
         else:
-            throttled = self.options.cache.latest(names.CONTAINER_CPU_THROTTLED, slot.labels, max_age)
-            c.throttled = None if throttled is None else throttled[1]
+            throttled = self._throttled
+            if throttled is None:
+                # Every container's at once, under one lock, the first time a round needs one.
+                view = self._view
+                assert view is not None
+                throttled = self._throttled = dict(zip(view.cids, self.options.cache.latest_values(
+                    names.CONTAINER_CPU_THROTTLED, view.slot_labels, max_age), strict=True))
+            value = throttled.get(slot.cid, _UNREAD)
+            if value is _UNREAD:
+                sample = self.options.cache.latest(names.CONTAINER_CPU_THROTTLED, slot.labels, max_age)
+                value = None if sample is None else sample[1]
+            c.throttled = value
             wanted = Operation.UP if c.throttled is not None and c.throttled > 0 else Operation.REMAIN
         c.wanted = wanted
         if wanted is Operation.RESET:
@@ -233,9 +337,7 @@ class CPUBurst:
             c.operation = calc.adjust_for_node(state, wanted)
             c.target = calc.target_quota(c.operation, c.current, slot.base, ceil)
         if self._burst_unsupported is None:
-            percent = cfg.cpu_burst_percent if cfg.cpu_burst_percent is not None else DEFAULT_CPU_BURST_PERCENT
-            desired = calc.burst_us(slot.limit_milli, percent) if burst_enabled(cfg.policy) else 0
-            c.burst = calc.safe_burst_us(desired, c.target)
+            c.burst = calc.safe_burst_us(facts[4], c.target)
 
     def _limiter(self, c: ContainerPlan, cfg: CPUBurstStrategy, now: float, max_age: float) -> bool:
         """Koordinator ``cfsBurstAllowedByLimiter``: always allowed without a period; refused with a
@@ -288,31 +390,36 @@ class CPUBurst:
         batch in order): a growing pod quota before its containers', a shrinking one after; a burst
         after its quota grows and before it shrinks (burst <= quota, #2778).  Bursts are queued every
         round: the executor skips the ones it wrote less than its force-update interval ago."""
-        owner = f"{NAME}: {pod.meta.pod.key}"
+        meta = pod.meta
         if pod.target > pod.current > 0:
-            rnd.add("pod_quota", pod, CgroupUpdate(QUOTA, pod.meta.cgroup_dir, pod.target, owner + " quota up"))
+            rnd.add("pod_quota", pod, CgroupUpdate(QUOTA, meta.cgroup_dir, pod.target, _owner(meta) + " quota up"))
+        add_update, add_subject = rnd.updates.append, rnd.subjects.append  # Round.add, without a call per write
         for c in pod.containers:
             burst = None
             if c.burst is not None:
-                burst = self._burst_update(c.slot.cgroup_dir, c.burst, owner, c.slot.name)
-            if burst is not None and c.target < c.current:
-                rnd.add("burst", c, burst)
-                burst = None
+                burst = self._burst_update(c.slot.cgroup_dir, c.burst, meta, c.slot.name)
             if c.target != c.current:
-                rnd.add("quota", c, CgroupUpdate(QUOTA, c.slot.cgroup_dir, c.target,
-                                                 f"{owner}/{c.slot.name} quota {c.operation.value}"))
+                if burst is not None and c.target < c.current:
+                    add_update(burst)
+                    add_subject(("burst", c))
+                    burst = None
+                add_update(CgroupUpdate(QUOTA, c.slot.cgroup_dir, c.target,
+                                        f"{_owner(meta)}/{c.slot.name} quota {c.operation.value}"))
+                add_subject(("quota", c))
             if burst is not None:
-                rnd.add("burst", c, burst)
+                add_update(burst)
+                add_subject(("burst", c))
         if pod.burst is not None:
-            rnd.add("pod_burst", pod, self._burst_update(pod.meta.cgroup_dir, pod.burst, owner))
+            rnd.add("pod_burst", pod, self._burst_update(meta.cgroup_dir, pod.burst, meta))
         if 0 < pod.target < pod.current:
-            rnd.add("pod_quota", pod, CgroupUpdate(QUOTA, pod.meta.cgroup_dir, pod.target, owner + " quota down"))
+            rnd.add("pod_quota", pod, CgroupUpdate(QUOTA, meta.cgroup_dir, pod.target, _owner(meta) + " quota down"))
 
-    def _burst_update(self, rel_dir: str, value: int, owner: str, container: str = "") -> CgroupUpdate:
+    def _burst_update(self, rel_dir: str, value: int, meta: PodMeta, container: str = "") -> CgroupUpdate:
         """The burst update of ``rel_dir``: last round's object while the value stays (almost every
         round), so a steady round builds none of the ~1,500 it hands the executor."""
         update = self._burst_updates.get(rel_dir)
         if update is None or update.value != value:
+            owner = _owner(meta)
             what = f"{owner}/{container} burst" if container else f"{owner} burst"
             update = self._burst_updates[rel_dir] = CgroupUpdate(BURST, rel_dir, value, what)
         return update
@@ -321,13 +428,17 @@ class CPUBurst:
 
     def _apply(self, rnd: Round) -> None:
         results = self.options.executor.apply(rnd.updates) if rnd.updates else []
+        known, now = self._known, rnd.now
         for (kind, subject), result in zip(rnd.subjects, results, strict=True):
-            resource, rel_dir, value = result.update.resource, result.update.rel_dir, result.update.value
-            previous = self._known.get(resource, rel_dir)
-            if result.ok and isinstance(value, int):
-                self._known.remember(resource, rel_dir, value, rnd.now)
+            update = result.update
+            resource, rel_dir, value = update.resource, update.rel_dir, update.value
+            ok = result.ok
+            # ``previous``: what was known before; a burst counts as set only when it differs.
+            if ok and isinstance(value, int):
+                previous = known.remember(resource, rel_dir, value, now)
             else:
-                self._known.drop(resource, rel_dir)  # what the file holds now is anyone's guess
+                previous = known.get(resource, rel_dir)
+                known.drop(resource, rel_dir)  # what the file holds now is anyone's guess
                 if result.outcome is Outcome.GONE:
                     rnd.gone += 1
                 elif not (kind in ("burst", "pod_burst") and self._burst_missing(result)):
@@ -337,7 +448,7 @@ class CPUBurst:
             if not isinstance(subject, ContainerPlan):
                 continue
             if kind == "quota":
-                subject.quota_ok = result.ok
+                subject.quota_ok = ok
                 if result.outcome is Outcome.WRITTEN:
                     if subject.operation is Operation.RESET:
                         rnd.reset += 1
@@ -345,11 +456,14 @@ class CPUBurst:
                         rnd.scaled_up += 1
                     else:
                         rnd.scaled_down += 1
-            elif kind == "burst" and result.ok and (previous or 0) != value:
+            elif kind == "burst" and ok and (previous or 0) != value:
                 # An unknown burst counts as 0: what a fresh cgroup holds.
                 rnd.bursts_set += 1
+        reported = self._reported
         for c in rnd.containers:
-            self._report(c)
+            # Only a quota above the base, or one reported before, has anything to report.
+            if (c.target if c.quota_ok else c.current) > c.slot.base or c.slot.cid in reported:
+                self._report(c)
 
     def _burst_missing(self, result: Result) -> bool:
         """True when a refused burst write means the kernel has no burst file (< 5.14, or a v2 kernel
@@ -376,27 +490,33 @@ class CPUBurst:
         elif self._reported.pop(c.slot.cid, None) is not None:
             self.options.metrics.forget_container(namespace, pod, c.slot.cid)
 
-    def _forget_gone(self, pods: Iterable[PodMeta], now: float) -> None:
+    def _forget_gone(self, view: _PodsView, now: float) -> None:
         """Drops what is kept about containers and pods no longer among the burstable pods, and token
-        buckets unused for two periods (Koordinator ``Recycle``)."""
-        live = {c.container_id for m in pods for c in m.containers}
+        buckets unused for two periods (Koordinator ``Recycle``).  Every table is keyed on the pods of the
+        view of its round: under the view pruned to last round, only the buckets can have aged."""
+        live = view.live
+        for cid in [k for k, b in self._buckets.items() if k not in live or b.expired(now)]:
+            del self._buckets[cid]
+        if view is self._forgotten:
+            return
         for cid in [k for k in self._reported if k not in live]:
             namespace, pod, _ = self._reported.pop(cid)
             self.options.metrics.forget_container(namespace, pod, cid)
-        for cid in [k for k, b in self._buckets.items() if k not in live or b.expired(now)]:
-            del self._buckets[cid]
-        uids = {m.uid for m in pods}
+        for cid in [k for k in self._facts if k not in live]:
+            del self._facts[cid]
+        uids = view.uids
         for uid in [k for k in self._pod_slack if k not in uids]:
             del self._pod_slack[uid]
         for uid in [k for k in self._prepared if k not in uids]:
             del self._prepared[uid]
-        every = {m.uid for m in self.options.informer.pods()}
+        every = view.every
         for uid in [k for k in self._share_static if k not in every]:
             del self._share_static[uid]
-        dirs = {m.cgroup_dir for m in pods} | {c.cgroup_dir for m in pods for c in m.containers}
+        dirs = view.dirs
         self._known.keep_only(dirs)
         for rel_dir in [d for d in self._burst_updates if d not in dirs]:
             del self._burst_updates[rel_dir]
+        self._forgotten = view
 
     # ------------------------------------------------------------------------------------------ restore
 
@@ -416,6 +536,7 @@ class CPUBurst:
         self._buckets.clear()
         self._pod_slack.clear()
         self._prepared.clear()
+        self._facts.clear()
         self._burst_updates.clear()
         self._known.clear()
         summary = (f"cpu burst off: {count(rnd.reset, 'container')} back to the base quota, "
@@ -423,7 +544,7 @@ class CPUBurst:
         numbers: dict[str, Any] = {"reset": rnd.reset, "bursts_cleared": rnd.bursts_set}
         return self._decide(Action.RECOVER, summary + self._trailer(rnd, numbers), numbers)
 
-    def undo(self, c: ContainerPlan) -> None:
+    def undo(self, c: ContainerPlan, cfg: CPUBurstStrategy | None = None) -> None:
         c.operation = Operation.RESET
         c.target = undo(c.current, c.slot.base)
         if self._burst_unsupported is None:

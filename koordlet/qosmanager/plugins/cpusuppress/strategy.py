@@ -30,8 +30,10 @@ from koordlet.qosmanager.plugins.cpusuppress.kubelet_policy import static_update
 from koordlet.qosmanager.plugins.cpusuppress.targets import Targets, be_targets, non_be
 from koordlet.resourceexecutor import CgroupUpdate, Result
 from koordlet.statesinformer.cpumanager import KubeletCPUManager
+from koordlet.statesinformer.framework import PodMeta
 from koordlet.streaklog import Streak
 from koordlet.system.cgroupfile import CgroupFile
+from koordlet.system.node import NodeInfo
 from koordlet.system.resources import CPU_CFS_QUOTA, CPUSET_CPUS
 from koordlet.system.validators import format_cpulist
 
@@ -76,6 +78,11 @@ class CPUSuppress:
         cgroup, which leaves BE unlimited in growth under that policy)."""
         self._left_alone: tuple[str, ...] = ()
         """The BE workloads left alone last round (logged when that changes, not every round)."""
+        self._pools: tuple[NodeInfo, object, frozenset[int], Pools] | None = None
+        """(node, pod list, excluded CPUs, the pools split from them) of the last round."""
+        self._be_pods: tuple[object, str, frozenset[str]] | None = None
+        """(pod list, besteffort dir, the BE pods' and containers' directories) of the last round."""
+        self._series = helpers.PodSeries()
         self._bad_annotations: tuple[str, ...] = ()
         """Pods whose bound CPUs could not be read last round (logged when that changes, not every round)."""
 
@@ -90,11 +97,12 @@ class CPUSuppress:
     def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
         informer = self.options.informer
         node = informer.node()
-        pods = list(informer.pods())
+        listed = informer.pods()
+        pods = list(listed)
         kubelet = self._kubelet = informer.cpu_manager()
         self._left_pinned = ()
         # CPUs kubelet pinned to a Guaranteed container are exclusive, as an LSE pod's are.
-        pools = split_pools(node, pods, reserved_cpus(self.options) | kubelet.pinned_cpus)
+        pools = self._split_pools(node, listed, pods, reserved_cpus(self.options) | kubelet.pinned_cpus)
         if pools.bad_annotations != self._bad_annotations:
             self._bad_annotations = pools.bad_annotations
             if pools.bad_annotations:
@@ -110,7 +118,8 @@ class CPUSuppress:
         threshold = slo.resource_used_threshold_with_be or ResourceThresholdStrategy()
         if not pods:
             return self._decide(Action.SKIP, "no pods known yet", {}, reason="no_pods")
-        split = helpers.split_usage(helpers.cpu_usage(self.options, pods), pods, non_be)
+        split = helpers.split_usage(helpers.cpu_usage(self.options, listed, self._series), listed, non_be,
+                                    self._series)
         if split is None:
             return self._decide(Action.SKIP, "no fresh node CPU sample (is the NodeResource collector running?)", {},
                                 reason="no_node_sample")
@@ -137,6 +146,28 @@ class CPUSuppress:
         if threshold.cpu_suppress_policy == CFS_QUOTA:
             return self._by_quota(suppress, pools, numbers, targets)
         return self._by_cpuset(suppress, pools, numbers, targets)
+
+    def _split_pools(self, node: NodeInfo, listed: object, pods: list[PodMeta], excluded: frozenset[int]) -> Pools:
+        """:func:`split_pools`, again only when the node, the informer's pod list (the same object until a pod
+        changes) or the excluded CPUs did: it parses every pod's resource-status annotation."""
+        last = self._pools
+        if last is not None and last[0] is node and last[1] is listed and last[2] == excluded:
+            return last[3]
+        pools = split_pools(node, pods, excluded)
+        self._pools = (node, listed, excluded, pools)
+        return pools
+
+    def _be_pod_dirs(self, be_dir: str) -> frozenset[str]:
+        """The cgroup directories of the BE pods and containers the informer knows, below ``be_dir``; worked
+        out again only when the pod list (the same object until a pod changes) or ``be_dir`` did."""
+        listed = self.options.informer.pods()
+        last = self._be_pods
+        if last is not None and last[0] is listed and last[1] == be_dir:
+            return last[2]
+        dirs = frozenset(d for pod in listed if pod.cgroup_dir.startswith(be_dir + "/")
+                         for d in (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers)))
+        self._be_pods = (listed, be_dir, dirs)
+        return dirs
 
     # ------------------------------------------------------------------------------------------ policies
 
@@ -178,7 +209,7 @@ class CPUSuppress:
                                  f"{NAME}: recover BE quota (cpuset policy in use)")
                     for root in targets.roots if root not in self._quota_recovered and self._has_quota(root)]
         results = self.options.executor.apply(updates)
-        self._quota_recovered.update(r.update.rel_dir for r in results if r.ok and r.update.resource is CPU_CFS_QUOTA)
+        self._quota_recovered.update(r.update.rel_dir for r in results if r.update.resource is CPU_CFS_QUOTA and r.ok)
         self._static_cpus = cpus if static else None
         self.options.metrics.be_suppress_cores(CPUSET, float(len(cpus)))
         per_container = ""
@@ -296,9 +327,7 @@ class CPUSuppress:
         The walk costs a directory listing per BE pod, most of a round over 1,000 containers, so the
         last one is reused while the cpuset to write, the BE pods and containers the informer knows
         and the besteffort directory stay the same, for at most the executor's forced-rewrite period."""
-        key = (be_dir, cpus, frozenset(
-            d for pod in self.options.informer.pods() if pod.cgroup_dir.startswith(be_dir + "/")
-            for d in (pod.cgroup_dir, *(c.cgroup_dir for c in pod.containers))))
+        key = (be_dir, cpus, self._be_pod_dirs(be_dir))
         now = self.options.clock()
         last = self._be_tree
         if last is not None and last[0] == key and now - last[1] < self.options.config.resource_force_update_seconds:
