@@ -207,14 +207,19 @@ def test_a_companion_outage_keeps_the_last_good_nodeslo(cluster: Any, tmp_path: 
         companion.stop()
 
 
-def test_koordlet_evictions_go_through_the_eviction_api(cluster: Any, companion: Companion) -> None:
+def node1_eviction_api(cluster: Any, companion: Companion) -> CompanionEvictionAPI:
+    """node-1's koordlet eviction path, once the companion knows ``prod/elsewhere``, a pod of node-2."""
     other = ls_pod()
     other["metadata"].update(name="elsewhere", uid="uid-elsewhere")
     other["spec"]["nodeName"] = "node-2"
     cluster.seed(other)
     client = CompanionClient(f"127.0.0.1:{companion.server.port}", koordlet_token(cluster), "node-1")
-    api = CompanionEvictionAPI(client)
     wait_until("the pods to be known", lambda: companion._pod_nodes.get(("prod", "elsewhere")) == "node-2")
+    return CompanionEvictionAPI(client)
+
+
+def test_koordlet_evictions_go_through_the_eviction_api(cluster: Any, companion: Companion) -> None:
+    api = node1_eviction_api(cluster, companion)
     with pytest.raises(EvictionFailed, match=r"PERMISSION_DENIED.*not on node node-1") as refused:
         api.evict("prod", "elsewhere", "BECPUEvict", "a pod of another node")
     assert "node-2" not in str(refused.value), "the refusal must not say where the pod is"
@@ -231,13 +236,7 @@ def test_a_pod_the_watch_has_not_delivered_is_looked_up(cluster: Any, companion:
     """A companion still listing after its start (or whose watch lags a pod the kubelet already runs) asks
     kube-apiserver where the pod is, instead of refusing a pod of the asking node: a refusal makes the koordlet
     walk on and evict its next candidate in this one's place."""
-    other = ls_pod()
-    other["metadata"].update(name="elsewhere", uid="uid-elsewhere")
-    other["spec"]["nodeName"] = "node-2"
-    cluster.seed(other)
-    client = CompanionClient(f"127.0.0.1:{companion.server.port}", koordlet_token(cluster), "node-1")
-    api = CompanionEvictionAPI(client)
-    wait_until("the pods to be known", lambda: companion._pod_nodes.get(("prod", "elsewhere")) == "node-2")
+    api = node1_eviction_api(cluster, companion)
     with companion._lock:  # as before the pod list reached them
         companion._pod_nodes.clear()
     with pytest.raises(EvictionFailed, match=r"PERMISSION_DENIED.*not on node node-1") as refused:
