@@ -3,6 +3,7 @@ extender protocol's ``ExtenderArgs`` / ``ExtenderFilterResult`` / ``HostPriority
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -49,7 +50,7 @@ class LoadAwareExtender:
 
     # filter_views and score_views apply upstream's formulas to views, node by node (the ``Nodes`` form, whose
     # nodes may be the request's own).  The names-only form (nodeCacheCapable, what large clusters configure)
-    # compares the pod's estimate with the store's gate table instead (filter_names, _host_priorities; see
+    # compares the pod's estimate with the store's gate table instead (filter_names, _host_scores; see
     # :mod:`koordlet.companion.extender.gates`), falling back on the formulas for a node without gates and for a
     # pod estimated beyond their range.  The per-node loops allocate no container per node but the answer's.
 
@@ -166,16 +167,16 @@ class LoadAwareExtender:
                     failed[name] = reason
         return passed, failed
 
-    def _host_priorities(self, pod: PodInfo, names: list[str]) -> list[dict[str, Any]]:
-        """The ``HostPriorityList`` of the named nodes as the store has them."""
+    def _host_scores(self, pod: PodInfo, names: list[str]) -> list[int]:
+        """The extender scores (0..10) of the named nodes as the store has them."""
         args = self.args
         est_cpu, est_mem = estimate_pod(pod, args.estimated_scaling_factors)
         if not (0 <= est_cpu <= EST_MAX and 0 <= est_mem <= EST_MAX):
-            return _host_priority_list(names, self.score_views(pod, self.store.views(names)))
+            return _extender_scores(self.score_views(pod, self.store.views(names)))
         prod = pod.priority is PriorityClass.PROD and args.score_according_prod_usage
         now = self._clock()
         w_cpu, w_mem, w_sum = self._w_cpu, self._w_mem, self._w_sum
-        out: list[dict[str, Any]] = []
+        out: list[int] = []
         append = out.append
         with self.store.reading() as (table, views):
             slots = table.slots
@@ -196,12 +197,12 @@ class LoadAwareExtender:
                     if est_mem <= free:
                         score += w_mem * ((free - est_mem) * MAX_NODE_SCORE // mem_alloc[slot])
                     score //= w_sum
-                append({"Host": name, "Score": score * MAX_EXTENDER_PRIORITY // MAX_NODE_SCORE})
+                append(score * MAX_EXTENDER_PRIORITY // MAX_NODE_SCORE)
         return out
 
     def prioritize_names(self, pod: PodInfo, names: list[str]) -> list[tuple[str, int]]:
         """Extender scores (0..10) per node."""
-        return [(entry["Host"], entry["Score"]) for entry in self._host_priorities(pod, names)]
+        return list(zip(names, self._host_scores(pod, names), strict=True))
 
     # -- protocol
 
@@ -244,13 +245,44 @@ class LoadAwareExtender:
 
     def prioritize(self, body: Any) -> list[dict[str, Any]]:
         """``ExtenderArgs`` -> ``HostPriorityList``."""
+        names, scores = self._prioritized(body)
+        return [{"Host": name, "Score": score} for name, score in zip(names, scores, strict=True)]
+
+    def prioritize_body(self, body: Any) -> bytes:
+        """:meth:`prioritize` as the HTTP answer's bytes (what ``json.dumps`` of it with compact separators gives),
+        made without building and encoding a dict per node: for 5,000 nodes that was half the request's cost."""
+        return encode_host_priorities(*self._prioritized(body))
+
+    def _prioritized(self, body: Any) -> tuple[list[str], list[int]]:
         pod, names, views, _ = self._decode(body)
         if views is None:
-            return self._host_priorities(pod, names)
-        return _host_priority_list(names, self.score_views(pod, views))
+            return names, self._host_scores(pod, names)
+        return names, _extender_scores(self.score_views(pod, views))
 
 
-def _host_priority_list(names: list[str], scores: list[int]) -> list[dict[str, Any]]:
-    """``HostPriorityList`` of upstream scores (0..100), scaled to the extender's 0..10."""
-    return [{"Host": name, "Score": score * MAX_EXTENDER_PRIORITY // MAX_NODE_SCORE}
-            for name, score in zip(names, scores, strict=True)]
+def _extender_scores(scores: list[int]) -> list[int]:
+    """Upstream scores (0..100) scaled to the extender's 0..10."""
+    return [score * MAX_EXTENDER_PRIORITY // MAX_NODE_SCORE for score in scores]
+
+
+_SCORE_TAILS: Final = tuple(f"{score}}}".encode() for score in range(MAX_EXTENDER_PRIORITY + 1))
+_HOST_HEADS: dict[str, bytes] = {}
+"""Node name -> ``{"Host":"<name>","Score":`` (JSON-escaped as ``json.dumps`` escapes it)."""
+HOST_HEADS_KEPT: Final = 100_000
+"""Encoded names kept between requests; past it the cache starts afresh (a request may carry any names)."""
+
+
+def encode_host_priorities(names: list[str], scores: list[int]) -> bytes:
+    """``json.dumps([{"Host": name, "Score": score}, ...], separators=(",", ":"))`` as bytes, byte for byte."""
+    heads = _HOST_HEADS
+    if len(heads) > HOST_HEADS_KEPT:
+        heads.clear()
+    parts: list[bytes] = []
+    append = parts.append
+    for name, score in zip(names, scores, strict=True):
+        head = heads.get(name)
+        if head is None:
+            head = heads[name] = f'{{"Host":{json.dumps(name)},"Score":'.encode()
+        append(head + _SCORE_TAILS[score] if 0 <= score <= MAX_EXTENDER_PRIORITY
+               else head + f"{score}}}".encode())
+    return b"[" + b",".join(parts) + b"]"

@@ -53,7 +53,7 @@ class _Handler(LimitedRequestHandler):
         # kube-scheduler posts to urlPrefix + "/" + verb; route on the verb whatever the prefix.
         verb = self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
         extender = self.server.extender
-        handlers: dict[str, Callable[[Any], Any]] = {"filter": extender.filter, "prioritize": extender.prioritize}
+        handlers: dict[str, Callable[[Any], Any]] = {"filter": extender.filter, "prioritize": extender.prioritize_body}
         handler = handlers.get(verb)
         if handler is None:
             self.close_connection = True  # its body stays unread (and is drained before the close)

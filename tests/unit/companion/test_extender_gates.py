@@ -31,6 +31,7 @@ from koordlet.companion.extender.gates import EST_MAX, fail_from, node_gates
 from koordlet.companion.extender.loadaware import (
     REASON_AGGREGATED_USAGE_EXCEED_THRESHOLD,
     REASON_USAGE_EXCEED_THRESHOLD,
+    encode_host_priorities,
 )
 from tests.unit.companion.test_extender import NOW, Clock, node, node_list, pod
 
@@ -181,6 +182,7 @@ def assert_answers_as_the_formulas(rng: random.Random, store: NodeStore, extende
                                          "FailedAndUnresolvableNodes": {}, "Error": ""}
         assert extender.prioritize(body) == [{"Host": name, "Score": score * 10 // MAX_NODE_SCORE}
                                              for name, score in zip(names, scores, strict=True)]
+        assert extender.prioritize_body(body) == json.dumps(extender.prioritize(body), separators=(",", ":")).encode()
         # The Nodes form: answered by name when the store knows every node, else from the views.
         for items in ([node(name) for name in names if name in known],
                       [node(name) for name in names]):
@@ -192,6 +194,8 @@ def assert_answers_as_the_formulas(rng: random.Random, store: NodeStore, extende
             assert [item["metadata"]["name"] for item in answer["Nodes"]["items"]] == expected_passed
             assert [entry["Score"] for entry in extender.prioritize(nodes_body)] == [
                 score * 10 // MAX_NODE_SCORE for score in extender.score_views(info, item_views)]
+            assert extender.prioritize_body(nodes_body) == json.dumps(extender.prioritize(nodes_body),
+                                                                      separators=(",", ":")).encode()
 
 
 def test_fail_from_is_the_first_failing_estimate() -> None:
@@ -270,3 +274,16 @@ def test_the_gate_table_follows_nodes_added_and_removed_in_bulk() -> None:
         body = {"Pod": pod_json, "Nodes": None, "NodeNames": names}
         assert [entry["Score"] for entry in extender.prioritize(body)] == [
             score * 10 // MAX_NODE_SCORE for score in extender.score_views(info, views)]
+
+
+@pytest.mark.parametrize("names", [[], ["n"], ['quote"d', "back\\slash", "ünïcode-ñode", "tab\tname", "日本"]])
+def test_the_prioritize_body_is_json_dumps_of_the_list(names: list[str]) -> None:
+    """The HTTP answer's bytes, made without a dict per node, are what json.dumps of the HostPriorityList gives
+    (names escaped as json escapes them, any score, and names cached across requests)."""
+    scores = [(7 * i) % 11 for i in range(len(names))]
+    expected = json.dumps([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)],
+                          separators=(",", ":")).encode()
+    assert encode_host_priorities(names, scores) == expected
+    assert encode_host_priorities(names, scores) == expected  # from the cache of encoded names
+    assert encode_host_priorities(names, [123] * len(names)) == json.dumps(
+        [{"Host": n, "Score": 123} for n in names], separators=(",", ":")).encode()
