@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from koordlet.apis import gojson
 from koordlet.apis.duration import format_duration, parse_duration
@@ -209,6 +209,26 @@ def _quantity_fast(text: Any, milli: bool) -> int | None:
     return int(text[:-2]) * scale if scale is not None and text[:-2].isdigit() else None
 
 
+_UNUSUAL: Final = object()
+"""What :func:`_amount_fast` gives for an amount the fast path does not take."""
+
+
+def _amount_fast(value: Any, milli: bool) -> Any:
+    """An amount as :func:`_quantity_fast`, else as the checked reader has it; None when absent, :data:`_UNUSUAL`
+    when it does not parse (the caller then takes the checked path, which names what is wrong)."""
+    if value is None:
+        return None
+    amount = _quantity_fast(value, milli)
+    if amount is not None:
+        return amount
+    if type(value) is not str:
+        return _UNUSUAL
+    try:
+        return milli_value(value) if milli else int_value(value)
+    except ParseError:
+        return _UNUSUAL
+
+
 def _usage_fast(obj: Any) -> ResourceMap | None:
     """A ``ResourceMap`` in the exact shape koordlets send, decoded without building error paths; None when
     anything is unusual (the caller then takes the checked path, which names what is wrong)."""
@@ -221,26 +241,10 @@ def _usage_fast(obj: Any) -> ResourceMap | None:
         return ResourceMap()
     if type(resources) is not dict or not resources.keys() <= _RESOURCE_KEYS:
         return None
-    cpu, memory = resources.get("cpu"), resources.get("memory")
-    cpu_milli = memory_bytes = None
-    if cpu is not None:
-        cpu_milli = _quantity_fast(cpu, True)
-        if cpu_milli is None:
-            if type(cpu) is not str:
-                return None
-            try:
-                cpu_milli = milli_value(cpu)
-            except ParseError:
-                return None
-    if memory is not None:
-        memory_bytes = _quantity_fast(memory, False)
-        if memory_bytes is None:
-            if type(memory) is not str:
-                return None
-            try:
-                memory_bytes = int_value(memory)
-            except ParseError:
-                return None
+    cpu_milli = _amount_fast(resources.get("cpu"), True)
+    memory_bytes = _amount_fast(resources.get("memory"), False)
+    if cpu_milli is _UNUSUAL or memory_bytes is _UNUSUAL:
+        return None
     return _resource_map(cpu_milli, memory_bytes)
 
 
