@@ -22,10 +22,19 @@ Labels = tuple[tuple[str, str], ...]
 _LOOKUPS_KEPT = 64
 
 
+_PAIRS_KEPT = 65536
+_pairs: dict[tuple[str, str], tuple[str, str]] = {}
+"""One shared (key, value) tuple per label pair: a pod's or container's pair recurs in each of its series
+(tens of thousands of series, a few thousand distinct pairs), and each copy is a 64-byte object."""
+
+
 def labels_of(mapping: Mapping[str, str] | None = None, **kwargs: str) -> Labels:
     """The canonical (sorted) label tuple of a series."""
     merged = dict(mapping or {}, **kwargs)
-    return tuple(sorted(merged.items()))
+    pairs = _pairs
+    if len(pairs) > _PAIRS_KEPT:  # pods come and go: start over rather than keep every pair ever seen
+        pairs.clear()
+    return tuple([pairs.setdefault(item, item) for item in sorted(merged.items())])
 
 
 @functools.lru_cache(maxsize=16384)

@@ -3,7 +3,7 @@ each reconciler pass takes, in milliseconds."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Histogram
 
@@ -28,11 +28,24 @@ class RuntimeHookMetrics:
                                      "time duration of invocations of runtime hook reconciler plugins",
                                      [labels.NODE, "level", "resource_type", labels.STATUS], registry=registry,
                                      buckets=DURATION_BUCKETS)
+        # The labelled children, one per label tuple: ``labels()`` validates and locks on every call, and a
+        # reconciler round runs every hook for every pod and container.  Nothing removes these series.
+        self._hook_children: dict[tuple[str, str, bool], Any] = {}
+        self._reconciler_children: dict[tuple[str, str, bool], Any] = {}
 
     def observe_hook(self, hook: str, stage: str, ok: bool, seconds: float) -> None:
         """Hook plugin ``hook`` ran at ``stage`` (``PreRunPodSandbox``...) for ``seconds``."""
-        self._hook.labels(self._node, hook, stage, labels.status_of(ok)).observe(seconds * 1000)
+        key = (hook, stage, ok)
+        child = self._hook_children.get(key)
+        if child is None:
+            child = self._hook_children[key] = self._hook.labels(self._node, hook, stage, labels.status_of(ok))
+        child.observe(seconds * 1000)
 
     def observe_reconciler(self, level: str, resource_type: str, ok: bool, seconds: float) -> None:
         """The reconciler handled ``resource_type`` (``cpu.cfs_quota_us``...) at ``level`` (pod, container...)."""
-        self._reconciler.labels(self._node, level, resource_type, labels.status_of(ok)).observe(seconds * 1000)
+        key = (level, resource_type, ok)
+        child = self._reconciler_children.get(key)
+        if child is None:
+            child = self._reconciler_children[key] = self._reconciler.labels(
+                self._node, level, resource_type, labels.status_of(ok))
+        child.observe(seconds * 1000)

@@ -321,19 +321,21 @@ class HookRunner:
         self.policy = policy
         self.names = tuple(names)
         self._metrics: HookMetricsSink = metrics or NullHookMetrics()
-        self._disabled = frozenset(disabled)
+        skipped = frozenset(disabled)
         self._clock = clock
         self.recorder = recorder
         self._tenant = tenant
+        # The hooks each stage runs, disabled stages resolved here: the reconciler asks for every pod and
+        # container of every round (and hashing an enum member runs Python code).
         self._by_stage: Mapping[Stage, tuple[Hook, ...]] = {
-            stage: tuple(h for h in ordered if stage in h.stages) for stage in Stage}
+            stage: () if stage in skipped else tuple(h for h in ordered if stage in h.stages) for stage in Stage}
         self.node_hooks = tuple(h for h in ordered if h.node_fn is not None)
         """Hooks with node-level state, run by the reconciler every round."""
         self.host_app_hooks = tuple(h for h in ordered if h.host_app_fn is not None)
         """Hooks with a host-application part, run by the reconciler every round for each application."""
 
     def hooks(self, stage: Stage) -> tuple[Hook, ...]:
-        return () if stage in self._disabled else self._by_stage[stage]
+        return self._by_stage[stage]
 
     def run(self, request: HookRequest, *, log_errors: bool = True, transport: str = "") -> StageResult:
         """``log_errors`` False: the caller reports the errors itself (the reconciler logs once per
@@ -366,22 +368,26 @@ class HookRunner:
 
     def _run(self, request: HookRequest, log_errors: bool) -> StageResult:
         result = StageResult(Adjustment())
+        stage = request.stage.value  # once, not per hook: an enum's value is a Python-level descriptor
         for hook in self.hooks(request.stage):
             ctx = HookContext(request, hook.name)
             started = self._clock()
             error: str | None = None
             try:
                 hook.fn(ctx)
-                result.adjustment.merge(ctx.adjustment)
+                mine = ctx.adjustment
+                # Most hooks set nothing for most pods: merging an empty adjustment changes nothing.
+                if mine.owners or mine.values or mine.writes or mine.maps:
+                    result.adjustment.merge(mine)
             except Exception as exc:  # a hook's bug must not take the runtime's request down with it
                 error = f"{hook.name}: {exc}"
-            self._metrics.observe_hook(hook.name, request.stage.value, error is None, self._clock() - started)
+            self._metrics.observe_hook(hook.name, stage, error is None, self._clock() - started)
             result.ran.append(hook.name)
             if error is None:
                 continue
             result.errors.append(error)
             if log_errors:
-                log.warning("runtime hook failed", extra={"hook": hook.name, "stage": request.stage.value,
+                log.warning("runtime hook failed", extra={"hook": hook.name, "stage": stage,
                                                            "pod": request.pod.key, "error": error})
             if self.policy is FailurePolicy.FAIL:
                 result.failed = True

@@ -212,3 +212,11 @@ def test_batch_queries_answer_as_one_query_per_series(tmp_path: Path) -> None:
     assert (cache.latest_values("pod_cpu", list(asked), 3.0), cache.means("pod_cpu", asked, 20.0)) == expected()
     clock.now += 10
     assert cache.latest_values("pod_cpu", asked, 3.0) == [None, None, None]
+
+
+def test_labels_of_shares_each_label_pair_between_series() -> None:
+    cpu = labels_of({"pod": "uid-1"}, resource="cpu")
+    memory = labels_of({"pod": "uid-1"}, resource="memory")
+    assert cpu == (("pod", "uid-1"), ("resource", "cpu"))
+    assert memory == (("pod", "uid-1"), ("resource", "memory"))
+    assert cpu[0] is memory[0]

@@ -92,6 +92,19 @@ def test_runtime_hook_durations(metrics: KoordletMetrics) -> None:
                  level="pod", resource_type="cpu.cfs_quota_us", status="failed") == 1
 
 
+def test_runtime_hook_durations_add_up_per_label_set(metrics: KoordletMetrics) -> None:
+    # The labelled children are kept per label tuple: repeated and mixed outcomes land in their own series.
+    for ok in (True, False, True):
+        metrics.runtime_hooks.observe_hook("groupidentity", "PreRunPodSandbox", ok, 0.001)
+        metrics.runtime_hooks.observe_reconciler("pod", "cpu.cfs_quota_us", ok, 0.002)
+    name = "koordlet_runtime_hook_invoked_duration_milliseconds_count"
+    assert value(metrics, name, node=NODE, hook="groupidentity", stage="PreRunPodSandbox", status="succeeded") == 2
+    assert value(metrics, name, node=NODE, hook="groupidentity", stage="PreRunPodSandbox", status="failed") == 1
+    name = "koordlet_runtime_hook_reconciler_invoked_duration_milliseconds_sum"
+    assert value(metrics, name, node=NODE, level="pod", resource_type="cpu.cfs_quota_us",
+                 status="succeeded") == pytest.approx(4.0)
+
+
 def test_node_metric_gauges_show_the_last_report(metrics: KoordletMetrics) -> None:
     assert value(metrics, "koordlet_node_metric_node_usage", node=NODE, resource="cpu", unit="core") is None
     metrics.node_metric.record(NodeMetricStatus(node_metric=NodeMetricInfo(

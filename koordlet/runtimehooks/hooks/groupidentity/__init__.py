@@ -96,8 +96,23 @@ def _cpu_qos(cls: ResourceQOS | None) -> CPUQOSCfg | None:
     return None if cls is None else cls.cpu_qos
 
 
+_last_rule: tuple[NodeSLOSpec | None, BvtRule | None] = (None, None)
+"""The last NodeSLO seen and its rule: the reconciler asks for every pod of a round with the same NodeSLO
+(frozen, replaced on each change), and building the defaults each time was most of its groupidentity cost."""
+
+
 def rule_of(slo: NodeSLOSpec) -> BvtRule:
     """The bvt rule of a NodeSLO (unset fields take Koordinator's defaults)."""
+    global _last_rule
+    last_slo, last = _last_rule
+    if last_slo is slo and last is not None:
+        return last
+    rule = _build_rule(slo)
+    _last_rule = (slo, rule)
+    return rule
+
+
+def _build_rule(slo: NodeSLOSpec) -> BvtRule:
     strategy = slo.resource_qos_strategy or default_resource_qos_strategy()
     defaults = default_resource_qos_strategy()
     policy = strategy.policies.cpu_policy if strategy.policies is not None else None

@@ -103,6 +103,15 @@ def test_documented_sample_gives_ls_2_and_be_minus_1(shared_dir: Path) -> None:
     assert run(pod("LSR"), spec, kube=KubeQoS.GUARANTEED) == ({"cpu_bvt_warp_ns": 0}, [])
 
 
+def test_the_rule_follows_the_nodeslo_in_force(shared_dir: Path) -> None:
+    # The rule is kept for the last NodeSLO seen; a new NodeSLO (a new object) gets its own.
+    spec = holder_spec(sample(shared_dir, "slo-configs/cpu-qos-group-identity.yaml"), "cpu-qos-group-identity.yaml")
+    assert groupidentity.rule_of(spec) is groupidentity.rule_of(spec)
+    assert run(pod("LS"), spec) == ({"cpu_bvt_warp_ns": 2}, [])
+    assert run(pod("LS"), default_nodeslo_spec()) == ({"cpu_bvt_warp_ns": 0}, [])
+    assert run(pod("LS"), spec) == ({"cpu_bvt_warp_ns": 2}, [])
+
+
 @pytest.mark.parametrize("spec", [
     default_nodeslo_spec(),  # every class disabled by default
     enabled(policy="coreSched"),
