@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import pytest
 
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
-from koordlet.qosmanager.evictor import Evictions, build_backend
+from koordlet.qosmanager.evictor import Evictions, EvictionUnreachable, build_backend
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.layout import detect_layout
@@ -130,7 +130,8 @@ def test_with_the_runtime_stopped_the_eviction_fails_naming_the_socket(runtime: 
     evictions = evictions_on(runtime)
 
     runtime.stop_daemon()
-    assert not evictions.evict(pod, REASON, "m")
+    with pytest.raises(EvictionUnreachable):  # no runtime: the strategy stops its walk, no other pod is tried
+        evictions.evict(pod, REASON, "m")
 
     [failed] = evictions.recent(10)
     assert failed.outcome == "failed"
