@@ -3,12 +3,13 @@ each reconciler pass takes, in milliseconds."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry
 
 from koordlet.metrics import labels
 from koordlet.metrics.buckets import exponential_buckets
+from koordlet.metrics.histogram import HistogramChild, LightHistogram
 
 HOOK_DURATION: Final = labels.PREFIX + "runtime_hook_invoked_duration_milliseconds"
 RECONCILER_DURATION: Final = labels.PREFIX + "runtime_hook_reconciler_invoked_duration_milliseconds"
@@ -21,17 +22,17 @@ class RuntimeHookMetrics:
 
     def __init__(self, registry: CollectorRegistry, node_name: str) -> None:
         self._node = node_name
-        self._hook = Histogram(HOOK_DURATION, "time duration of invocations of runtime hook plugins",
+        self._hook = LightHistogram(HOOK_DURATION, "time duration of invocations of runtime hook plugins",
                                [labels.NODE, "hook", "stage", labels.STATUS], registry=registry,
                                buckets=DURATION_BUCKETS)
-        self._reconciler = Histogram(RECONCILER_DURATION,
+        self._reconciler = LightHistogram(RECONCILER_DURATION,
                                      "time duration of invocations of runtime hook reconciler plugins",
                                      [labels.NODE, "level", "resource_type", labels.STATUS], registry=registry,
                                      buckets=DURATION_BUCKETS)
-        # The labelled children, one per label tuple: ``labels()`` validates and locks on every call, and a
-        # reconciler round runs every hook for every pod and container.  Nothing removes these series.
-        self._hook_children: dict[tuple[str, str, bool], Any] = {}
-        self._reconciler_children: dict[tuple[str, str, bool], Any] = {}
+        # The labelled children, one per label tuple: ``labels()`` locks on every call, and a reconciler round
+        # runs every hook for every pod and container.  Nothing removes these series.
+        self._hook_children: dict[tuple[str, str, bool], HistogramChild] = {}
+        self._reconciler_children: dict[tuple[str, str, bool], HistogramChild] = {}
 
     def observe_hook(self, hook: str, stage: str, ok: bool, seconds: float) -> None:
         """Hook plugin ``hook`` ran at ``stage`` (``PreRunPodSandbox``...) for ``seconds``."""

@@ -70,6 +70,8 @@ class StatesInformer:
         self._driver = driver
         self._node = node
         self._pods: tuple[PodMeta, ...] = ()
+        self._discovered: dict[str, PodMeta] = {}
+        """The kubepods tree's pods of the last standalone scan, by cgroup directory (reused while unchanged)."""
         self._kube_node: KubeNodeInfo | None = None
         self._callbacks: list[PodsCallback] = []
         self._lock = threading.Lock()
@@ -193,7 +195,9 @@ class StatesInformer:
         pods = workload_pods(self._config.workloads)
         if self._config.discover_kubepods:
             configured = {p.uid for p in pods}
-            found = scan_kubepods(self._layout, self._driver, self._config.host.cgroup_kube_parent)
+            found = scan_kubepods(self._layout, self._driver, self._config.host.cgroup_kube_parent,
+                                  self._discovered)
+            self._discovered = {p.cgroup_dir: p for p in found}
             pods += [p for p in found if p.uid not in configured]
         self.syncs += 1
         return self.set_pods(pods)

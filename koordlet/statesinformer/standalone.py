@@ -9,7 +9,7 @@ BestEffort pods map to LSR/LS/BE as Koordinator's fallback does.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from koordlet.apis.extension import LABEL_QOS
@@ -65,8 +65,11 @@ def workload_pods(workloads: Sequence[WorkloadConfig]) -> list[PodMeta]:
     return pods
 
 
-def scan_kubepods(layout: CgroupLayout, driver: CgroupDriver, parent: str = "") -> list[PodMeta]:
-    """Pods and their containers found under the kubepods QoS directories of the cpu hierarchy."""
+def scan_kubepods(layout: CgroupLayout, driver: CgroupDriver, parent: str = "",
+                  known: Mapping[str, PodMeta] | None = None) -> list[PodMeta]:
+    """Pods and their containers found under the kubepods QoS directories of the cpu hierarchy.  ``known``
+    (the last scan's pods by cgroup directory) are returned again, the same objects, when their directory holds
+    the same entries: a rescan every second then builds nothing, and the informer sees an unchanged list."""
     try:
         root = layout.controller_root("cpu")
     except KoordletError:
@@ -76,7 +79,9 @@ def scan_kubepods(layout: CgroupLayout, driver: CgroupDriver, parent: str = "") 
         qdir = under_parent(parent, qos_dir(driver, qos))
         # Names that do not parse are QoS subdirectories and directories that are not pods.
         for entry, uid in _named_subdirs(os.path.join(root, qdir), lambda name: parse_pod_dir_name(driver, name)):
-            pods.append(_discovered_pod(entry.path, f"{qdir}/{entry.name}", uid, qos, driver))
+            rel_dir = f"{qdir}/{entry.name}"
+            pods.append(_discovered_pod(entry.path, rel_dir, uid, qos, driver,
+                                        None if known is None else known.get(rel_dir)))
     return pods
 
 
@@ -97,11 +102,22 @@ def _named_subdirs(path: str, parse: Callable[[str], _Name]) -> Iterator[tuple[o
         yield entry, parsed
 
 
-def _discovered_pod(path: str, rel_dir: str, uid: str, qos: KubeQoS, driver: CgroupDriver) -> PodMeta:
-    containers = [
-        ContainerMeta(name=ref.id[:12], container_id=ref.id, cgroup_dir=f"{rel_dir}/{child.name}")
-        for child, ref in _named_subdirs(path, lambda name: parse_container_dir_name(driver, name))
-    ]
+def _discovered_pod(path: str, rel_dir: str, uid: str, qos: KubeQoS, driver: CgroupDriver,
+                    known: PodMeta | None = None) -> PodMeta:
+    try:
+        names = sorted(entry.name for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False))
+    except OSError:  # gone meanwhile: a pod without containers, as a listing that failed gives
+        names = []
+    if (known is not None and known.cgroup_dir == rel_dir and known.pod.kube_qos is qos and known.pod.uid == uid
+            and _dir_names(known) == names):
+        return known
+    containers = []
+    for name in names:
+        try:
+            ref = parse_container_dir_name(driver, name)
+        except ParseError:
+            continue
+        containers.append(ContainerMeta(name=ref.id[:12], container_id=ref.id, cgroup_dir=f"{rel_dir}/{name}"))
     containers.sort(key=lambda c: c.container_id)
     pod = Pod(
         uid=uid,
@@ -115,3 +131,9 @@ def _discovered_pod(path: str, rel_dir: str, uid: str, qos: KubeQoS, driver: Cgr
         containers=tuple(Container(name=c.name, container_id=c.container_id) for c in containers),
     )
     return PodMeta(pod=pod, cgroup_dir=rel_dir, containers=tuple(containers), source=DISCOVERED_SOURCE)
+
+
+def _dir_names(meta: PodMeta) -> list[str]:
+    """The directory names of a discovered pod's containers, sorted: what its directory listed when it was made
+    (a pod directory holding anything else is simply made again each time)."""
+    return sorted(c.cgroup_dir.rsplit("/", 1)[1] for c in meta.containers)

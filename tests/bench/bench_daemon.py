@@ -100,12 +100,12 @@ TARGET_FLOOR_RATIO = 2.0
 TARGET_RSS_BYTES = 80e6
 
 
-def read_syscalls(pid: int) -> int:
-    """``syscr`` of /proc/<pid>/io: every read system call the process made so far."""
+def read_syscalls(pid: int, field: str = "syscr") -> int:
+    """``syscr`` of /proc/<pid>/io: every read system call the process made so far (``syscw``: writes)."""
     for line in Path(f"/proc/{pid}/io").read_text().splitlines():
-        if line.startswith("syscr:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
-    raise RuntimeError(f"no syscr in /proc/{pid}/io")
+    raise RuntimeError(f"no {field} in /proc/{pid}/io")
 
 
 def read_files(pid: int) -> list[bytes]:
@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         cpu_before = proc.cpu_times()
         reads_before = read_syscalls(agent.pid)
+        writes_before = read_syscalls(agent.pid, "syscw")
         wall_before = time.monotonic()
         rss_max = 0
         while time.monotonic() - wall_before < args.seconds:
@@ -195,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)
         cpu_after = proc.cpu_times()
         reads = read_syscalls(agent.pid) - reads_before
+        writes = read_syscalls(agent.pid, "syscw") - writes_before
         wall = time.monotonic() - wall_before
         files = read_files(agent.pid)
         per_read = pread_seconds_per_read(files)
@@ -225,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  daemon CPU   {cpu_percent:6.2f} % of one core ({used:.2f} s)")
     print(f"  reads        {reads} read system calls in the window; {len(files)} cgroup/proc files kept open, "
           f"pread on them {per_read * 1e6:.2f} us CPU each -> floor {floor:.2f} s")
+    print(f"  writes       {writes} write system calls in the window (cgroup writes, logs, the metric store)")
     print(f"  daemon RSS   {rss_max / 2**20:6.1f} MiB (max)")
     print(f"  /metrics     {series} series")
     return report([Ratio("daemon CPU / pread floor", used / floor if floor else float("inf"), TARGET_FLOOR_RATIO,

@@ -46,6 +46,23 @@ def test_scan_kubepods_finds_pods_and_containers(fake_host: FakeHost, driver: Cg
     assert [(c.container_id, c.cgroup_dir) for c in pod.containers] == [(CID, f"{pod_dir}/{container_dir}")]
 
 
+def test_a_rescan_returns_the_pods_it_knows_until_their_directories_change(fake_host: FakeHost) -> None:
+    pod_dir = f"kubepods/burstable/pod{UID}"
+    fake_host.mkdir_cgroup(f"{pod_dir}/{CID}")
+    layout = fake_host.layout()
+    (first,) = scan_kubepods(layout, CgroupDriver.CGROUPFS)
+    (again,) = scan_kubepods(layout, CgroupDriver.CGROUPFS, known={first.cgroup_dir: first})
+    assert again is first
+    # Filed under this directory but describing another: made anew.
+    other = PodMeta(first.pod, f"kubepods/besteffort/pod{UID}", first.containers, first.source)
+    (fresh,) = scan_kubepods(layout, CgroupDriver.CGROUPFS, known={pod_dir: other})
+    assert fresh is not other and fresh == first
+    fake_host.mkdir_cgroup(f"{pod_dir}/{'b' * 64}")
+    (grown,) = scan_kubepods(layout, CgroupDriver.CGROUPFS, known={first.cgroup_dir: first})
+    assert grown is not first
+    assert [c.container_id for c in grown.containers] == [CID, "b" * 64]
+
+
 def test_scan_under_a_kubelet_cgroup_root(fake_host: FakeHost) -> None:
     fake_host.mkdir_cgroup(f"mytree/kubepods/burstable/pod{UID}/{CID}")
     (pod,) = scan_kubepods(fake_host.layout(), CgroupDriver.CGROUPFS, "mytree")
