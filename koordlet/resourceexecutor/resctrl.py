@@ -85,13 +85,19 @@ class ResctrlFileWriter(FileWriter):
         os.rmdir(path)
 
 
+MOUNT_RECHECK_SECONDS = 1.0
+"""How long an answer to "is resctrl mounted" stands."""
+
+
 class ResctrlExecutor:
     """Validates, deduplicates, writes and audits resctrl schemata and task moves; the only resctrl writer.
 
     ``root`` is the resctrl mount point (``HostPaths.resctrl_root``); ``clock`` a monotonic clock in
     seconds for cache expiry and backoffs; ``audit`` receives every attempted write; ``metrics`` one
     observation per write.  ``mb_max`` is the largest MB value: 100 on Intel (percent), 2048 on AMD.
-    ``writer`` replaces the real file access in tests.  Thread-safe.
+    ``writer`` replaces the real file access in tests.  Whether resctrl is mounted is looked up at most once per
+    :data:`MOUNT_RECHECK_SECONDS` of ``mount_clock`` (real time: it is a fact of the host, not of the write
+    windows).  Thread-safe.
     """
 
     def __init__(
@@ -105,6 +111,7 @@ class ResctrlExecutor:
         unsupported_retry_seconds: float = DEFAULT_UNSUPPORTED_RETRY_SECONDS,
         mb_max: int = MB_MAX_PERCENT,
         writer: ResctrlWriter | None = None,
+        mount_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         check_timings(force_update_seconds, unsupported_retry_seconds)
         if mb_max < 1:
@@ -120,6 +127,8 @@ class ResctrlExecutor:
                                    failure_message="resctrl update not applied",
                                    recovery_message="resctrl write succeeds again")
         self._unsupported: str | None = None
+        self._mount_clock = mount_clock
+        self._mount_checked_at: float | None = None
 
     # ------------------------------------------------------------------------------------------- public
 
@@ -237,6 +246,12 @@ class ResctrlExecutor:
     # ------------------------------------------------------------------------------------------ phases
 
     def _check_mounted(self) -> str | None:
+        # The hooks ask for every pod and container of every reconciler round: the answer of the last second
+        # stands (a mount or unmount is noticed a second late at most).
+        now = self._mount_clock()
+        if self._mount_checked_at is not None and 0 <= now - self._mount_checked_at < MOUNT_RECHECK_SECONDS:
+            return self._unsupported
+        self._mount_checked_at = now
         # The probe's criterion (koordlet.system.probes._probe_resctrl): a mounted resctrl has a
         # root schemata; the bare mount point directory exists on every kernel with sysfs.
         if not os.path.isdir(self.root):

@@ -392,6 +392,24 @@ def test_host_without_resctrl_is_unsupported_and_logged_once(
     assert len(warnings(caplog)) == 1
 
 
+def test_a_mount_is_looked_up_once_a_second(fake_host: FakeHost) -> None:
+    root = Path(fake_host.paths.resctrl_root)
+    now = [100.0]
+    executor = ResctrlExecutor(str(root), FakeClock(), MemoryAudit(), writer=FakeKernel(str(root)),
+                               mount_clock=lambda: now[0])
+    assert executor.unsupported_reason() is not None
+    root.mkdir(parents=True)
+    (root / "schemata").write_text("L3:0=fff\n")
+    now[0] += 0.5
+    assert executor.unsupported_reason() is not None  # the answer of the last second stands
+    now[0] += 0.5
+    assert executor.unsupported_reason() is None
+    (root / "schemata").unlink()
+    now[0] += 1.0
+    reason = executor.unsupported_reason()
+    assert reason is not None and "not mounted" in reason
+
+
 def test_this_host_answers_without_raising() -> None:
     executor = ResctrlExecutor("/sys/fs/resctrl", FakeClock(), None)
     reason = executor.unsupported_reason()
