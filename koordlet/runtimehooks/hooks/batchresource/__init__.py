@@ -34,8 +34,9 @@ none of whose containers has one is left alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from koordlet.apis.cpunormalization import scale_quota
 from koordlet.apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, QoSClass
@@ -55,6 +56,7 @@ MIN_QUOTA_US = 1000
 UNLIMITED = -1
 
 Batch = tuple[Resources, Resources]
+T = TypeVar("T")
 """(requests, limits) of one container."""
 
 
@@ -72,18 +74,14 @@ def _has_batch(res: Resources) -> bool:
     return res.batch_cpu_milli is not None or res.batch_memory_bytes is not None
 
 
-def _annotation_containers(pod: Pod) -> tuple[str, Mapping[str, Any]] | None:
-    """(where, the annotation's ``containers`` object), or None without the annotation; raises
-    :class:`KoordletError` naming the pod and the annotation when it is garbage."""
-    raw = pod.annotations.get(ANNOTATION_EXTENDED_RESOURCE_SPEC)
-    if not raw:
-        return None
-    where = f"pod {pod.key}: annotation {ANNOTATION_EXTENDED_RESOURCE_SPEC}"
+def _annotation_containers(raw: str, where: str) -> Mapping[str, Any]:
+    """The annotation's ``containers`` object; raises :class:`KoordletError` starting with ``where`` when the
+    annotation is garbage."""
     spec = load_json(raw, where)
     containers = spec.get("containers") if isinstance(spec, dict) else None
     if not isinstance(containers, dict):
         raise KoordletError(f"{where}: expected {{\"containers\": {{...}}}}")
-    return where, containers
+    return containers
 
 
 def _entry_batch(where: str, name: str, entry: Any) -> Batch | None:
@@ -97,17 +95,43 @@ def _entry_batch(where: str, name: str, entry: Any) -> Batch | None:
     return (requests, limits) if _has_batch(requests) or _has_batch(limits) else None
 
 
+# The annotation's parse is kept by its text (successes only: a bad text fails again each time, naming the
+# pod): replicas of a workload carry the same text, and the reconciler asks for every pod and container every
+# round.  The results are immutable.
+_MEMO_SIZE = 4096
+_WHERE = f"annotation {ANNOTATION_EXTENDED_RESOURCE_SPEC}"
+
+
+@functools.lru_cache(maxsize=_MEMO_SIZE)
+def _container_batch(raw: str, name: str) -> Batch | None:
+    entry = _annotation_containers(raw, _WHERE).get(name)
+    return None if entry is None else _entry_batch(_WHERE, name, entry)
+
+
+@functools.lru_cache(maxsize=_MEMO_SIZE)
+def _pod_batches(raw: str) -> tuple[tuple[str, Batch], ...]:
+    containers = _annotation_containers(raw, _WHERE)
+    batches = [(str(name), _entry_batch(_WHERE, str(name), entry)) for name, entry in containers.items()]
+    return tuple((name, batch) for name, batch in batches if batch is not None)
+
+
+def _of_pod(pod: Pod, parse: Callable[[], T]) -> T:
+    """``parse()``, its error naming the pod first."""
+    try:
+        return parse()
+    except KoordletError as exc:
+        raise KoordletError(f"pod {pod.key}: {exc}") from None
+
+
 def batch_resources(pod: Pod, container: Container) -> Batch | None:
     """(requests, limits) of ``container``'s batch resources, or None when it has none; raises
     :class:`KoordletError` naming the pod and the annotation when the annotation is garbage."""
     if _has_batch(container.requests) or _has_batch(container.limits):
         return container.requests, container.limits
-    found = _annotation_containers(pod)
-    if found is None:
+    raw = pod.annotations.get(ANNOTATION_EXTENDED_RESOURCE_SPEC)
+    if not raw:
         return None
-    where, containers = found
-    entry = containers.get(container.name)
-    return None if entry is None else _entry_batch(where, container.name, entry)
+    return _of_pod(pod, lambda: _container_batch(raw, container.name))
 
 
 def pod_batch_resources(pod: Pod) -> dict[str, Batch]:
@@ -118,12 +142,10 @@ def pod_batch_resources(pod: Pod) -> dict[str, Batch]:
                  if _has_batch(c.requests) or _has_batch(c.limits)}
     if from_spec:
         return from_spec
-    found = _annotation_containers(pod)
-    if found is None:
+    raw = pod.annotations.get(ANNOTATION_EXTENDED_RESOURCE_SPEC)
+    if not raw:
         return {}
-    where, containers = found
-    batches = {str(name): _entry_batch(where, str(name), entry) for name, entry in containers.items()}
-    return {name: batch for name, batch in batches.items() if batch is not None}
+    return dict(_of_pod(pod, lambda: _pod_batches(raw)))
 
 
 def _sum_or_unlimited(values: Iterable[int | None]) -> int:

@@ -30,6 +30,7 @@ anything is set, so nothing is half-applied.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -92,7 +93,21 @@ def resource_status(pod: Pod) -> ResourceStatus:
     raw = pod.annotations.get(ANNOTATION_RESOURCE_STATUS)
     if not raw:
         return ResourceStatus()
-    where = f"pod {pod.key}: annotation {ANNOTATION_RESOURCE_STATUS}"
+    try:
+        return _resource_status(raw)
+    except KoordletError as exc:
+        raise KoordletError(f"pod {pod.key}: {exc}") from None
+
+
+# Parses kept by the annotation's text (successes only: a bad text fails again each time, naming the pod):
+# replicas of a workload carry the same text, the node's shared pools are one text for every pod, and the
+# reconciler asks for every pod and container every round.  The results are immutable.
+_MEMO_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=_MEMO_SIZE)
+def _resource_status(raw: str) -> ResourceStatus:
+    where = f"annotation {ANNOTATION_RESOURCE_STATUS}"
     status = gojson.load_object(raw, where, KoordletError)
     cpuset = status.get("cpuset")
     cpuset = _cpulist_field("" if cpuset is None else cpuset, f"{where}: cpuset")
@@ -106,7 +121,15 @@ def resource_status(pod: Pod) -> ResourceStatus:
 
 def shared_pools(raw: str, pod: Pod) -> list[SharedPool]:
     """The node's ``cpu-shared-pools`` annotation; errors name the pod being handled and the annotation."""
-    return parse_shared_pools(raw, f"pod {pod.key}: node annotation {ANNOTATION_NODE_CPU_SHARED_POOLS}")
+    try:
+        return list(_shared_pools(raw))
+    except KoordletError as exc:
+        raise KoordletError(f"pod {pod.key}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _shared_pools(raw: str) -> tuple[SharedPool, ...]:
+    return tuple(parse_shared_pools(raw, f"node annotation {ANNOTATION_NODE_CPU_SHARED_POOLS}"))
 
 
 def parse_shared_pools(raw: str, where: str) -> list[SharedPool]:

@@ -9,6 +9,7 @@ import pytest
 
 from koordlet.apis.extension import ANNOTATION_EXTENDED_RESOURCE_SPEC, LABEL_QOS
 from koordlet.apis.pod import Container, Pod, Resources
+from koordlet.errors import KoordletError
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
 from koordlet.runtimehooks.hooks import batchresource
@@ -64,6 +65,25 @@ def test_garbage_annotation_is_an_error_naming_it(raw: str, message: str) -> Non
     assert values == {}
     assert len(errors) == 1 and "pod ns/batch: annotation node.koordinator.sh/extended-resource-spec" in errors[0]
     assert message in errors[0]
+
+
+def test_one_annotation_text_serves_every_pod_and_a_bad_one_names_each() -> None:
+    """The parse is kept by the annotation's text: replicas share it, and each error still names its pod."""
+    raw = json.dumps({"containers": {"c": {"requests": {"kubernetes.io/batch-cpu": "1000"}}}})
+    first = be_pod(Container("c", ""), {ANNOTATION_EXTENDED_RESOURCE_SPEC: raw})
+    other = Pod(uid="u2", name="replica", namespace="ns", labels=first.labels, annotations=first.annotations,
+                kube_qos=None, phase="Pending", priority=5000, containers=first.containers)
+    assert batchresource.batch_resources(first, first.containers[0]) is batchresource.batch_resources(
+        other, other.containers[0])
+    bad = '{"containers": {"c": "x"}}'
+    for name in ("one", "two", "one"):
+        pod = Pod(uid=name, name=name, namespace="ns", labels={LABEL_QOS: "BE"},
+                  annotations={ANNOTATION_EXTENDED_RESOURCE_SPEC: bad}, kube_qos=None, phase="Pending", priority=None,
+                  containers=(Container("c", ""),))
+        with pytest.raises(KoordletError, match=f"^pod ns/{name}: annotation .*containers.c: expected an object"):
+            batchresource.batch_resources(pod, pod.containers[0])
+        with pytest.raises(KoordletError, match=f"^pod ns/{name}: annotation "):
+            batchresource.pod_batch_resources(pod)
 
 
 # --- the pod level (PreRunPodSandbox, upstream SetPodResources) -------------------------------------------

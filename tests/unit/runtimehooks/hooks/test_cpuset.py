@@ -9,6 +9,7 @@ import pytest
 
 from koordlet.apis.extension import ANNOTATION_RESOURCE_STATUS, LABEL_QOS
 from koordlet.apis.pod import Container, Pod
+from koordlet.errors import KoordletError
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, Stage
 from koordlet.runtimehooks.hooks import cpuset
@@ -118,6 +119,23 @@ def test_garbage_shared_pools_is_an_error_naming_pod_and_annotation(raw: str, me
     assert len(errors) == 1
     assert errors[0].startswith("cpuset: pod ns/p: node annotation node.koordinator.sh/cpu-shared-pools")
     assert message in errors[0]
+
+
+def test_parses_are_kept_by_text_and_errors_still_name_each_pod() -> None:
+    good = pod("LSR", {"cpuset": "1-2"})
+    twin = Pod(uid="u2", name="twin", namespace="ns", labels=good.labels, annotations=good.annotations,
+               kube_qos=good.kube_qos, phase="Pending", priority=9000, containers=good.containers)
+    assert cpuset.resource_status(good) is cpuset.resource_status(twin)
+    pools = cpuset.shared_pools(POOLS, good)
+    pools.append(cpuset.SharedPool(9, 9, "9"))  # the caller's own list: the kept parse is not touched
+    assert cpuset.shared_pools(POOLS, twin) == [cpuset.SharedPool(0, 0, "0-7"), cpuset.SharedPool(1, 1, "8-15")]
+    for name in ("a", "b", "a"):
+        bad = Pod(uid=name, name=name, namespace="ns", labels={}, annotations={ANNOTATION_RESOURCE_STATUS: "{"},
+                  kube_qos=None, phase="Pending", priority=None)
+        with pytest.raises(KoordletError, match=f"^pod ns/{name}: annotation scheduling[.]koordinator"):
+            cpuset.resource_status(bad)
+        with pytest.raises(KoordletError, match=f"^pod ns/{name}: node annotation "):
+            cpuset.shared_pools("[1]", bad)
 
 
 def test_garbage_shared_pools_do_not_matter_to_bound_or_besteffort_pods() -> None:
