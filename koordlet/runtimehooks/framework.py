@@ -156,10 +156,20 @@ class Adjustment:
 class HookContext:
     """One hook's view of a stage: the request and a setter that records the hook as the owner."""
 
+    __slots__ = ("_adjustment", "hook", "request")
+
     def __init__(self, request: HookRequest, hook: str) -> None:
         self.request = request
         self.hook = hook
-        self.adjustment = Adjustment()
+        self._adjustment: Adjustment | None = None
+
+    @property
+    def adjustment(self) -> Adjustment:
+        """What the hook set; made on first use, as most hooks set nothing for most pods (the reconciler runs
+        every hook for every pod and container each round)."""
+        if self._adjustment is None:
+            self._adjustment = Adjustment()
+        return self._adjustment
 
     def set(self, name: str, value: object) -> None:
         if name not in FIELDS:
@@ -375,9 +385,9 @@ class HookRunner:
             error: str | None = None
             try:
                 hook.fn(ctx)
-                mine = ctx.adjustment
+                mine = ctx._adjustment
                 # Most hooks set nothing for most pods: merging an empty adjustment changes nothing.
-                if mine.owners or mine.values or mine.writes or mine.maps:
+                if mine is not None and (mine.owners or mine.values or mine.writes or mine.maps):
                     result.adjustment.merge(mine)
             except Exception as exc:  # a hook's bug must not take the runtime's request down with it
                 error = f"{hook.name}: {exc}"
