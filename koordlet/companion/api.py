@@ -20,8 +20,8 @@ queue), :data:`MAX_CONCURRENT_STREAMS` per connection, connections without calls
 
 The status arrives as Koordinator JSON and is decoded with :meth:`NodeMetricStatus.from_json`, so the CR shape
 has one definition; a status that does not decode is ``INVALID_ARGUMENT`` with the field path.  Decoding (up to
-:data:`MAX_MESSAGE_BYTES`) and ``on_metric`` run on a small thread pool, off the event loop, so a large report or
-a slow consumer never delays a NodeSLO push.
+:data:`MAX_MESSAGE_BYTES`) and ``on_metric`` run on a few ingest threads (:class:`IngestQueue`), off the event
+loop, so a large report or a slow consumer never delays a NodeSLO push.
 
 A koordlet that sets ``want_node`` also gets the Kubernetes Node's facts (``node_json``: labels, annotations,
 capacity, allocatable incl. batch-* and mid-*) with each update, and an update whenever they change; an older
@@ -41,6 +41,7 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import secrets
 import threading
 import time
@@ -92,6 +93,11 @@ SOCKET_MODE: Final = 0o600
 INGEST_WORKERS: Final = 2
 """Threads decoding reports and calling ``on_metric``.  Decoding holds the GIL, so more threads do not decode
 faster; they keep reports flowing while ``on_metric`` waits on I/O (an apiserver write)."""
+INGEST_BATCH: Final = 4
+"""Answers an ingest thread hands back to the event loop at once, at most: the reports that queued up while it
+decoded are answered with one wake-up of the loop, and the first of them waits for no more than a few others."""
+MAX_POLICY_JSONS: Final = 64
+"""Distinct collect policies whose JSON is kept (a cluster has a handful: the policy is per node pool)."""
 AUTH_WORKERS: Final = 8
 """Threads asking kube-apiserver for token reviews (a companion restart brings every koordlet back at once;
 reviews of one token are coalesced, and the answers cached)."""
@@ -185,19 +191,95 @@ def _bearer(context: Any) -> str | None:
     return None
 
 
+_Answer = tuple["asyncio.Future[bytes]", bytes, BaseException | None]
+_Report = tuple["asyncio.Future[bytes]", str, bytes, bytes]
+
+
+class IngestQueue:
+    """Hands reports from the event loop to the ingest threads and their answers back.
+
+    Lighter than ``run_in_executor`` (an executor future, a work item and an asyncio future chained to it, and a
+    loop wake-up per report): the loop puts its future and the report on a SimpleQueue, and a thread answers with
+    one ``call_soon_threadsafe`` for all the reports it took in one go (up to :data:`INGEST_BATCH`: those that
+    queued up while it decoded)."""
+
+    def __init__(self, work: Callable[[str, bytes, bytes], bytes], workers: int = INGEST_WORKERS) -> None:
+        self._work = work
+        self._queue: queue.SimpleQueue[_Report | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._run, name=f"companion-ingest-{i}", daemon=True)
+                         for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, node: str, status_json: bytes, topology_json: bytes) -> asyncio.Future[bytes]:
+        """The future answer of ``work(node, status_json, topology_json)``; call on the event loop."""
+        future = asyncio.get_running_loop().create_future()
+        self._queue.put((future, node, status_json, topology_json))
+        return future
+
+    def stop(self) -> None:
+        """Ends the threads once they finish what is queued (without waiting for them)."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _run(self) -> None:
+        take, take_now = self._queue.get, self._queue.get_nowait
+        while True:
+            report = take()
+            answers: list[_Answer] = []
+            while report is not None:
+                answers.append(self._answer(report))
+                if len(answers) >= INGEST_BATCH:
+                    break
+                try:
+                    report = take_now()
+                except queue.Empty:
+                    break
+            if answers:
+                _hand_back(answers)
+            if report is None:
+                return
+
+    def _answer(self, report: _Report) -> _Answer:
+        future, node, status_json, topology_json = report
+        try:
+            return future, self._work(node, status_json, topology_json), None
+        except Exception as exc:  # handed to the call, which answers with a status code
+            return future, b"", exc
+
+
+def _hand_back(answers: list[_Answer]) -> None:
+    """Settles the futures of ``answers`` on their event loop (from an ingest thread)."""
+    with contextlib.suppress(RuntimeError):  # the loop closed under us: nobody waits for these any more
+        answers[0][0].get_loop().call_soon_threadsafe(_settle, answers)
+
+
+def _settle(answers: list[_Answer]) -> None:
+    for future, value, error in answers:
+        if future.done():  # the call was cancelled (deadline, client gone) while its report was decoded
+            continue
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+
+
 class _Servicer(companion_pb2_grpc.CompanionServicer):
     def __init__(self, server: CompanionServer) -> None:
         self._server = server
 
     async def ReportNodeMetric(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC method names)
-        await self._server.authorize(context, request.node_name)
-        loop = asyncio.get_running_loop()
+        server = self._server
+        await server.authorize(context, request.node_name)
+        ingest = server.ingest_queue
+        if ingest is None:  # stopping: the threads are gone
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "companion API stopping")
+        assert ingest is not None  # abort() raised otherwise
         try:
-            # On the ingest pool: a typical report decodes in ~0.5 ms, but one may be 16 MiB (seconds of
+            # On the ingest threads: a typical report decodes in ~0.3 ms, but one may be 16 MiB (seconds of
             # decoding), which on the loop would stall every NodeSLO push and keepalive.
-            policy_json = await loop.run_in_executor(self._server.ingest_pool, self._server.ingest,
-                                                     request.node_name, bytes(request.status_json),
-                                                     bytes(request.topology_json))
+            policy_json = await ingest.submit(request.node_name, bytes(request.status_json),
+                                              bytes(request.topology_json))
         except ParseError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Exception as exc:  # the consumer failed: the koordlet retries next interval
@@ -311,6 +393,7 @@ class CompanionServer:
         self.slo_for_node = slo_for_node
         self._on_metric = on_metric
         self._collect_policy = collect_policy
+        self._policy_jsons: dict[NodeMetricCollectPolicy, bytes] = {}
         self._node_for_node = node_for_node
         self._on_topology = on_topology
         self.evict = evict
@@ -322,7 +405,7 @@ class CompanionServer:
         self._key_file = key_file
         self._cert_pem = cert_pem
         self._key_pem = key_pem
-        self.ingest_pool: ThreadPoolExecutor | None = None
+        self.ingest_queue: IngestQueue | None = None
         self._auth_pool: ThreadPoolExecutor | None = None
         self.port = 0
         """The bound TCP port once started (0 for a unix socket)."""
@@ -401,7 +484,16 @@ class CompanionServer:
         if self._collect_policy is None:
             return b""
         policy = self._collect_policy(node)
-        return json.dumps(policy.to_json()).encode() if policy is not None else b""
+        if policy is None:
+            return b""
+        # Written once per distinct policy, not once per report: every node of a pool has the same one.
+        text = self._policy_jsons.get(policy)
+        if text is None:
+            text = json.dumps(policy.to_json()).encode()
+            if len(self._policy_jsons) >= MAX_POLICY_JSONS:
+                self._policy_jsons.clear()
+            self._policy_jsons[policy] = text
+        return text
 
     # ------------------------------------------------------------------------------------- lifecycle
 
@@ -437,7 +529,7 @@ class CompanionServer:
 
         self.stopping = False
         self.instance = secrets.token_hex(8)
-        self.ingest_pool = ThreadPoolExecutor(INGEST_WORKERS, thread_name_prefix="companion-ingest")
+        self.ingest_queue = IngestQueue(self.ingest)
         self._auth_pool = ThreadPoolExecutor(AUTH_WORKERS, thread_name_prefix="companion-auth")
         self._thread = threading.Thread(target=run, name="companion-api", daemon=True)
         self._thread.start()
@@ -499,10 +591,11 @@ class CompanionServer:
         self._server = server
 
     def _shutdown_pools(self) -> None:
-        for pool in (self.ingest_pool, self._auth_pool):
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
-        self.ingest_pool = self._auth_pool = None
+        if self.ingest_queue is not None:
+            self.ingest_queue.stop()
+        if self._auth_pool is not None:
+            self._auth_pool.shutdown(wait=False, cancel_futures=True)
+        self.ingest_queue = self._auth_pool = None
 
     def notify(self, node_name: str | None = None) -> None:
         """Wakes the watchers of ``node_name`` (every watcher for None) to re-read their spec; thread-safe and

@@ -351,3 +351,106 @@ def test_object_round_trip_and_envelope_check() -> None:
     assert NodeMetric(name="n1").to_json()["spec"] == {}
     with pytest.raises(ParseError, match=r"expected slo\.koordinator\.sh/v1alpha1 NodeMetric"):
         NodeMetric.from_json({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO"})
+
+
+# ------------------------------------------------------------------------------------------- the fast decoder
+
+_QUANTITIES = st.one_of(
+    st.integers(0, 10**19).map(str), st.integers(0, 10**18).map(lambda n: f"{n}m"),
+    st.sampled_from(["", "m", "0", "007", "1k", "1.5", "-1", "1Ki", "12Mi", "\u0661", " 1", "1_0", "+1", "1mm",
+                     "m1", "9" * 18, "9" * 19, "9" * 17 + "m", "1e3", "lots"]),
+    st.sampled_from([None, 5, 1.5, True, [], {}]),
+)
+
+
+def _resource_map_json() -> st.SearchStrategy[Any]:
+    resources = st.fixed_dictionaries({}, optional={"cpu": _QUANTITIES, "memory": _QUANTITIES, "gpu": _QUANTITIES})
+    return st.one_of(st.fixed_dictionaries({"resources": resources}), st.fixed_dictionaries({}),
+                     st.sampled_from([None, {"resources": None}, {"Resources": {"cpu": "1"}}, "1", []]))
+
+
+_CLASS_VALUES = st.sampled_from(["", "koord-prod", "koord-batch", "LS", "BE", "LSR", "koord-vip", None, 0, []])
+_POD = st.fixed_dictionaries(
+    {"podUsage": _resource_map_json()},
+    optional={"name": st.sampled_from(["a", "", None, 5]), "namespace": st.sampled_from(["ns", "", None]),
+              "priority": _CLASS_VALUES, "qos": _CLASS_VALUES, "Name": st.just("b"), "other": st.just(1)})
+_WINDOW = st.fixed_dictionaries(
+    {"duration": st.sampled_from(["5m0s", "10m0s", "", None, "5 minutes", 300, "1h"])},
+    optional={"usage": st.one_of(st.dictionaries(st.sampled_from(["avg", "p50", "p99", "max"]), _resource_map_json(),
+                                                 max_size=3), st.none())})
+_STATUS = st.fixed_dictionaries(
+    {},
+    optional={
+        "updateTime": st.sampled_from(["2022-03-30T11:50:17Z", "", None, "noon", 5, "0001-01-01T00:00:00+01:00"]),
+        "nodeMetric": st.one_of(st.none(), st.fixed_dictionaries(
+            {}, optional={"nodeUsage": _resource_map_json(), "systemUsage": _resource_map_json(),
+                          "aggregatedNodeUsages": st.lists(_WINDOW, max_size=3),
+                          "aggregatedSystemUsages": st.one_of(st.lists(_WINDOW, max_size=2), st.just({}))})),
+        "podsMetric": st.one_of(st.lists(_POD, max_size=6), st.none(), st.just({"name": "a"})),
+        "prodReclaimableMetric": st.one_of(st.fixed_dictionaries({"resource": _resource_map_json()}), st.none()),
+        "prodPeakMetric": st.fixed_dictionaries({"resource": _resource_map_json()}),
+        "hostApplicationMetric": st.lists(st.fixed_dictionaries(
+            {"name": st.sampled_from(["nginx", None]), "usage": _resource_map_json()},
+            optional={"priority": _CLASS_VALUES, "qos": _CLASS_VALUES}), max_size=2),
+        "PodsMetric": st.just([]),
+    })
+
+
+_GOOD_POD = st.fixed_dictionaries(
+    {"name": st.sampled_from(["a", "b-1"]), "namespace": st.just("ns"),
+     "podUsage": st.one_of(st.fixed_dictionaries({"resources": st.fixed_dictionaries(
+         {"cpu": st.sampled_from(["138m", "2", "0", "1k", "1500m", "99999999999999999m"]),
+          "memory": st.sampled_from(["1815637738", "17828Ki", "0", "1k", "999999999999999999"])})}),
+         st.just({}))},
+    optional={"priority": st.sampled_from(["koord-prod", "koord-batch"]), "qos": st.sampled_from(["LS", "BE"])})
+_MOSTLY_GOOD_STATUS = st.fixed_dictionaries({"podsMetric": st.lists(st.one_of(_GOOD_POD, _GOOD_POD, _GOOD_POD, _POD),
+                                                                      max_size=8)})
+
+
+def _checked(document: Any) -> NodeMetricStatus:
+    """The checked decoder alone: the fast one turned off."""
+    from unittest import mock
+
+    from koordlet.apis.nodemetric import status as status_module
+    with mock.patch.object(status_module, "_status_fast", return_value=None):
+        return NodeMetricStatus.from_json(document)
+
+
+@given(st.one_of(_STATUS, _MOSTLY_GOOD_STATUS))
+def test_the_fast_decoder_agrees_with_the_checked_one(document: dict[str, Any]) -> None:
+    """Whatever the fast decoder takes, it decodes exactly as the checked decoder; what it declines, the checked
+    decoder decodes or names (from_json is the two together)."""
+    from koordlet.apis.nodemetric import status as status_module
+
+    fast = status_module._status_fast(document)
+    try:
+        checked = _checked(document)
+    except ParseError:
+        assert fast is None
+        with pytest.raises(ParseError):
+            NodeMetricStatus.from_json(document)
+        return
+    if fast is not None:
+        assert fast == checked
+    assert NodeMetricStatus.from_json(document) == checked
+
+
+def test_the_fast_decoder_takes_what_koordlets_send() -> None:
+    from koordlet.apis.nodemetric import status as status_module
+
+    window = AggregatedUsage(300.0, {kind: _usage(1500 + i, 2**30 + i) for i, kind in enumerate(AggregationType)})
+    status = NodeMetricStatus(
+        update_time=1648641017.0,
+        node_metric=NodeMetricInfo(_usage(26908, 113829184807), (window, window), _usage(2000, 17828 * 1024),
+                                   (window,)),
+        pods_metric=(PodMetricInfo("a", "ns", _usage(138, 1815637738), PriorityClass.PROD, QoSClass.LS),
+                     PodMetricInfo("b", "ns", _usage(0, 0)), PodMetricInfo("c", "ns", ResourceMap())),
+        prod_reclaimable_metric=ReclaimableMetric(_usage(1000, 2048)))
+    document = status.to_json()
+    assert status_module._status_fast(document) == status == _checked(document)
+
+
+@pytest.mark.parametrize("text", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_time_out_of_range_is_a_value_error(text: str) -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        parse_time(text)

@@ -28,6 +28,7 @@ from koordlet.apis.nodemetric import (
 from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
 from koordlet.companion.api import CompanionAPIError, CompanionServer
 from koordlet.companion.auth import AuthUnavailable, Identity, Unauthenticated
+from koordlet.errors import ParseError
 from koordlet.statesinformer.companion import CompanionClient, CompanionError, CompanionNodeMetricSink, token_from_file
 from koordlet.statesinformer.companionslo import CompanionNodeSLOSource
 from koordlet.statesinformer.nodeslo import Effective, NodeSLOHolder
@@ -589,3 +590,37 @@ def test_a_large_report_is_decoded_off_the_event_loop(controller: FakeController
         release.set()
         blocked.join(10)
     assert threads and all(name.startswith("companion-ingest") for name in threads)
+
+
+def test_the_ingest_queue_answers_each_report_and_skips_a_cancelled_call() -> None:
+    import asyncio
+
+    from koordlet.companion.api import IngestQueue
+
+    release = threading.Event()
+    seen: list[str] = []
+
+    def work(node: str, status_json: bytes, topology_json: bytes) -> bytes:
+        release.wait(10)
+        seen.append(node)
+        if node == "bad":
+            raise ParseError("status: bad")
+        return node.encode() + status_json + topology_json
+
+    async def main() -> tuple[list[Any], bool]:
+        queue = IngestQueue(work, workers=1)
+        try:
+            # Queued while the thread is held: answered together, in one hand-back.
+            futures = [queue.submit(node, b"-s", b"-t") for node in ("a", "bad", "gone", "b")]
+            futures[2].cancel()  # the call went away while its report waited
+            release.set()
+            results = await asyncio.gather(*futures, return_exceptions=True)
+        finally:
+            queue.stop()
+        return results, futures[2].cancelled()
+
+    results, cancelled = asyncio.run(main())
+    assert results[0] == b"a-s-t" and results[3] == b"b-s-t"
+    assert isinstance(results[1], ParseError)
+    assert cancelled and isinstance(results[2], BaseException)
+    assert seen == ["a", "bad", "gone", "b"]
