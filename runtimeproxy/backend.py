@@ -6,13 +6,17 @@ metadata. Methods the proxy's CRI subset does not declare - newer CRI methods, o
 ``runtime.v1alpha2`` - are relayed as ``stream_stream`` calls: gRPC frames a unary call exactly like a
 stream that carries one message each way, so the relay need not know a method's cardinality.
 
-Unary calls go to the backend as single-threaded unary-stream calls (gRPC's experimental
-``SingleThreadedUnaryStream`` channel option), for the same reason: the bytes on the wire are a unary call's.
-A ``future()`` unary call is completed by the channel's spin thread, which gRPC starts when a channel gets a
-call in flight and ends when it has none - with kubelet's calls one after another, that is a new thread per
-call and a hand-off to it and back (measured: a third or more of the proxy's CPU per relayed call).  The
-single-threaded call is driven by the handler's own thread and can still be cancelled from another one, so a
-cancelled caller still cancels the backend call.
+Unary calls are driven by the handler's own thread and can be cancelled from another one, so a cancelled
+caller cancels the backend call.  A ``future()`` unary call is completed by the channel's spin thread, which
+gRPC starts when a channel gets a call in flight and ends when it has none - with kubelet's calls one after
+another, that is a new thread per call and a hand-off to it and back (measured: a third or more of the
+proxy's CPU per relayed call).  With the gRPC release the proxy was measured on, a unary call is started as
+gRPC's own blocking call starts one - every operation in one batch on a completion queue of its own, one
+wait for the whole call (:class:`OneBatchCall`, ~10% of the proxy's CPU per relayed call below the
+alternative) - but keeping the call's handle for a cancel.  That takes gRPC's Cython layer, which is not a
+public API: any other release gets the public fallback, a single-threaded unary-stream call (gRPC's
+experimental ``SingleThreadedUnaryStream`` channel option; the bytes on the wire are a unary call's), which
+waits once per message and once for the status.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import os
 import stat
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +34,11 @@ from typing import Any, NoReturn, Protocol
 
 import grpc
 import grpc.experimental
+
+try:  # gRPC's Cython layer: not a public API, used only with the releases it was checked with
+    from grpc._cython import cygrpc as _cygrpc
+except ImportError:  # pragma: no cover - a gRPC without it gets the public path
+    _cygrpc = None
 
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
 
@@ -68,11 +78,11 @@ Metadata = Sequence[tuple[str, str | bytes]]
 UnaryFunction = Callable[[bytes, grpc.ServicerContext], bytes]
 
 
-class UnaryCall(Iterator[bytes], Protocol):
-    """A backend unary call in flight, made as a unary-stream call: iterating it (on the thread that made it)
-    gives the response and raises ``grpc.RpcError`` when the call fails; it is also a ``grpc.Call``, whose
-    ``cancel`` any thread may call."""
+class UnaryCall(Protocol):
+    """A backend unary call in flight: ``result()`` (on the thread that made it) waits for the call's end and
+    gives the response, or raises ``grpc.RpcError``; any thread may ``cancel`` it."""
 
+    def result(self) -> bytes: ...
     def cancel(self) -> bool: ...
     def cancelled(self) -> bool: ...
     def initial_metadata(self) -> Metadata | None: ...
@@ -162,10 +172,147 @@ class _Callables:
             return len(self._known) + len(self._unknown)
 
 
+_STATUS_CODES: Mapping[int, grpc.StatusCode] = MappingProxyType({code.value[0]: code for code in grpc.StatusCode})
+"""gRPC core's status numbers -> ``grpc.StatusCode``."""
+ONE_BATCH_RELEASES = ("1.85.",)
+"""gRPC releases whose Cython call API :class:`OneBatchCall` was written and tested against."""
+
+
+def one_batch_supported(version: str = grpc.__version__) -> bool:
+    """Whether unary calls may be made by :class:`OneBatchCall` with this gRPC release."""
+    return _cygrpc is not None and version.startswith(ONE_BATCH_RELEASES)
+
+
+class OneBatchError(grpc.RpcError, grpc.Call):  # type: ignore[misc]
+    """How a :class:`OneBatchCall` failed, as ``grpc.RpcError`` objects of failed calls tell it."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, initial: Metadata | None, trailing: Metadata | None
+                 ) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self._code, self._details, self._initial, self._trailing = code, details, initial, trailing
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def initial_metadata(self) -> Metadata | None:
+        return self._initial
+
+    def trailing_metadata(self) -> Metadata | None:
+        return self._trailing
+
+    # grpc.Call's other methods: the call has ended.
+    def is_active(self) -> bool:
+        return False
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    def cancel(self) -> bool:
+        return False
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        return False
+
+
+class OneBatchCall:
+    """A raw unary call as gRPC's blocking unary call makes it (all operations in one batch on a completion
+    queue of the call's own, driven by the thread that waits), keeping the handle for a cancel from another
+    thread (gRPC's Cython layer checks under the channel's lock that the call is still running)."""
+
+    __slots__ = ("_call", "_cancelled", "_ended", "_initial", "_trailing")
+
+    def __init__(self, channel: Any, method: bytes, handle: int | None, request: bytes, metadata: Metadata,
+                 timeout: float | None) -> None:
+        assert _cygrpc is not None
+        cy = _cygrpc
+        operations = (
+            cy.SendInitialMetadataOperation(metadata, 0),
+            cy.SendMessageOperation(request, 0),
+            cy.SendCloseFromClientOperation(0),
+            cy.ReceiveInitialMetadataOperation(0),
+            cy.ReceiveMessageOperation(0),
+            cy.ReceiveStatusOnClientOperation(0),
+        )
+        deadline = None if timeout is None else time.time() + timeout
+        self._cancelled = self._ended = False
+        self._initial: Metadata | None = None
+        self._trailing: Metadata | None = None
+        self._call = channel.segregated_call(cy.PropagationConstants.GRPC_PROPAGATE_DEFAULTS, method, None,
+                                             deadline, metadata, None, ((operations, None),), None, handle)
+
+    def result(self) -> bytes:
+        response: bytes | None = None
+        code, details = grpc.StatusCode.UNKNOWN, ""
+        event = self._call.next_event()
+        self._ended = True
+        for operation in event.batch_operations:
+            kind = operation.type()
+            if kind == _cygrpc.OperationType.receive_initial_metadata:
+                self._initial = operation.initial_metadata()
+            elif kind == _cygrpc.OperationType.receive_message:
+                response = operation.message()
+            elif kind == _cygrpc.OperationType.receive_status_on_client:
+                self._trailing = operation.trailing_metadata()
+                code = _STATUS_CODES.get(operation.code(), grpc.StatusCode.UNKNOWN)
+                details = operation.details()
+        if code is not grpc.StatusCode.OK:
+            raise OneBatchError(code, details, self._initial, self._trailing)
+        # A backend that answers OK without a message: None goes on, as a unary call's result did (the proxy's
+        # server then fails the caller's call, INTERNAL).
+        return response  # type: ignore[return-value]
+
+    def cancel(self) -> bool:
+        """False once the call has ended (then nothing happens), as for gRPC's own calls."""
+        if self._ended:
+            return False
+        self._cancelled = True
+        self._call.cancel(_cygrpc.StatusCode.cancelled, "Locally cancelled by application!")
+        return True
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def initial_metadata(self) -> Metadata | None:
+        return self._initial
+
+    def trailing_metadata(self) -> Metadata | None:
+        return self._trailing
+
+
+class _StreamedUnaryCall:
+    """The public fallback: a unary call made as a single-threaded unary-stream call."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    def result(self) -> bytes:
+        return unary_response(self._call)
+
+    def cancel(self) -> bool:
+        return bool(self._call.cancel())
+
+    def cancelled(self) -> bool:
+        return bool(self._call.cancelled())
+
+    def initial_metadata(self) -> Metadata | None:
+        return self._call.initial_metadata()  # type: ignore[no-any-return]
+
+    def trailing_metadata(self) -> Metadata | None:
+        return self._call.trailing_metadata()  # type: ignore[no-any-return]
+
+
 class Backend:
     """Channels to the runtime's RuntimeService and ImageService endpoints (one channel if they agree)."""
 
-    def __init__(self, runtime_endpoint: str, image_endpoint: str | None = None) -> None:
+    def __init__(self, runtime_endpoint: str, image_endpoint: str | None = None, one_batch: bool | None = None
+                 ) -> None:
+        """``one_batch``: make unary calls with :class:`OneBatchCall` (default: when
+        :func:`one_batch_supported`)."""
         self.runtime_target = unix_target(runtime_endpoint)
         self.image_target = unix_target(image_endpoint) if image_endpoint else self.runtime_target
         # Public for callers that need a typed stub on the runtime (the proxy's checkpoint rebuild).
@@ -182,20 +329,29 @@ class Backend:
             method, _registered_method=method in KNOWN_METHODS))
         self._stream = _Callables(lambda method: self.channel_for(method).stream_stream(
             method, _registered_method=method in KNOWN_METHODS))
+        self.one_batch = one_batch_supported() if one_batch is None else one_batch
+        # Method name -> (its bytes, the registered-call handle of a known CRI method or None), for OneBatchCall.
+        self._one_batch = _Callables(self._one_batch_target)
+
+    def _one_batch_target(self, method: str) -> tuple[Any, bytes, int | None]:
+        channel = self.channel_for(method)
+        handle = channel._get_registered_call_handle(method) if method in KNOWN_METHODS else None
+        return channel._channel, method.encode(), handle
 
     def channel_for(self, method: str) -> Any:
         """The channel that serves ``method`` (a full name, ``/package.Service/Method``)."""
         return self.image_channel if method.startswith(IMAGE_SERVICE_PREFIXES) else self.runtime_channel
 
     def unary_call(self, method: str, request: bytes, metadata: Metadata, timeout: float | None) -> UnaryCall:
-        """Start a raw unary call; :func:`unary_response` gives its response bytes or raises ``grpc.RpcError``."""
-        callable_ = self._unary.get(method)
-        call: UnaryCall = callable_(request, timeout=timeout, metadata=metadata)
-        return call
+        """Start a raw unary call; its ``result()`` gives the response bytes or raises ``grpc.RpcError``."""
+        if self.one_batch:
+            channel, name, handle = self._one_batch.get(method)
+            return OneBatchCall(channel, name, handle, request, metadata, timeout)
+        return _StreamedUnaryCall(self._unary.get(method)(request, timeout=timeout, metadata=metadata))
 
     def unary(self, method: str, request: bytes, metadata: Metadata, timeout: float | None) -> bytes:
         """A raw unary call: response bytes, or ``grpc.RpcError``."""
-        return unary_response(self.unary_call(method, request, metadata, timeout))
+        return self.unary_call(method, request, metadata, timeout).result()
 
     def stream(
         self, method: str, request_iterator: Iterable[bytes], metadata: Metadata, timeout: float | None
@@ -207,7 +363,7 @@ class Backend:
 
     def cached_callables(self) -> int:
         """How many method callables the backend holds (bounded: see :data:`UNKNOWN_METHODS_CACHED`)."""
-        return len(self._unary) + len(self._stream)
+        return len(self._unary) + len(self._stream) + len(self._one_batch)
 
     def close(self) -> None:
         self.runtime_channel.close()
@@ -226,7 +382,7 @@ class Backend:
 # ---------------------------------------------------------------------------------------------- relaying
 
 
-def unary_response(call: UnaryCall) -> bytes:
+def unary_response(call: Iterator[bytes]) -> bytes:
     """The one response of ``call``, once the call has ended (so its status and trailing metadata are in);
     raises ``grpc.RpcError`` when it failed.  A backend that answers OK without a message gets None through,
     as a unary call's ``result()`` did (the proxy's server then fails the caller's call, INTERNAL)."""
@@ -292,7 +448,7 @@ def forward_unary(backend: Backend, method: str, request: bytes, context: grpc.S
     )
     context.add_callback(call.cancel)
     try:
-        response = unary_response(call)
+        response = call.result()
     except grpc.RpcError as error:
         if call.cancelled():
             context.abort(grpc.StatusCode.CANCELLED, "cancelled by the caller")

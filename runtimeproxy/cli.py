@@ -15,9 +15,16 @@ import signal
 import sys
 from collections.abc import Sequence
 from importlib import metadata
+from typing import TYPE_CHECKING
 
-from runtimeproxy.intercept import ANY_NAMESPACE, DEFAULT_SKIP_NAMESPACES
-from runtimeproxy.server import Proxy, ProxyError, ProxyOptions
+from runtimeproxy import corepolling
+from runtimeproxy.skipping import ANY_NAMESPACE, DEFAULT_SKIP_NAMESPACES
+
+if TYPE_CHECKING:
+    from runtimeproxy.server import ProxyOptions
+
+# Nothing above imports grpc: main() configures gRPC core first (runtimeproxy.corepolling), then imports the
+# proxy.
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 EXIT_OK = 0
@@ -111,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from(args: argparse.Namespace) -> ProxyOptions:
+    from runtimeproxy.server import ProxyOptions
+
     return ProxyOptions(
         endpoint=args.koord_runtimeproxy_endpoint,
         runtime_endpoint=args.remote_runtime_service_endpoint,
@@ -125,6 +134,9 @@ def options_from(args: argparse.Namespace) -> ProxyOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    corepolling.configure()
+    from runtimeproxy.server import Proxy, ProxyError
+
     args = build_parser().parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(FieldsFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

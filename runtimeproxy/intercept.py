@@ -32,6 +32,7 @@ forwards the original request.  Post hooks only log their failures: the runtime 
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import re
 import threading
@@ -44,14 +45,12 @@ from google.protobuf.message import DecodeError
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
 from koordlet.apis.proto.runtime.v1alpha1 import api_pb2 as hook
 from runtimeproxy.hookclient import HookClient, HookError
+from runtimeproxy.skipping import ANY_NAMESPACE, DEFAULT_SKIP, DEFAULT_SKIP_NAMESPACES
+from runtimeproxy.store import Deferred
 
 log = logging.getLogger(__name__)
 
 RUNTIME = "/runtime.v1.RuntimeService/"
-DEFAULT_SKIP = ("runtimeproxy.koordinator.sh/skip-hookserver", "true")
-ANY_NAMESPACE = "*"
-DEFAULT_SKIP_NAMESPACES = frozenset({"kube-system", "koordinator-system"})
-"""Namespaces whose pods may skip the hook servers: the cluster's own, and koordlet's (manifests/)."""
 REFUSED_SKIPS_REMEMBERED = 4096
 """Pods whose refused skip label was logged (each once); the oldest are forgotten first."""
 
@@ -76,8 +75,10 @@ class PodMeta(Protocol):
 class Checkpoint(Protocol):
     def put_pod(self, pod_id: str, request: Any) -> None: ...
     def pod(self, pod_id: str) -> Any | None: ...
+    def pod_view(self, pod_id: str) -> Any | None: ...
     def remove_pod(self, pod_id: str) -> None: ...
     def put_container(self, container_id: str, pod_id: str, request: Any) -> None: ...
+    def put_container_deferred(self, container_id: str, pod_id: str, request: Deferred) -> None: ...
     def container(self, container_id: str) -> tuple[str, Any] | None: ...
     def remove_container(self, container_id: str) -> None: ...
 
@@ -293,19 +294,25 @@ class Interceptor:
         request = self._parse(cri.CreateContainerRequest, raw)
         if request is None:
             return self._forward(method, raw, context)
-        pod = self._store.pod(request.pod_sandbox_id) or self._pod_from_config(request.sandbox_config)
-        if self._skipped(pod.labels, pod.annotations, pod.pod_meta):
+        stored_pod = self._store.pod_view(request.pod_sandbox_id)
+        if stored_pod is not None:
+            skipped = self._skipped(stored_pod.labels, stored_pod.annotations, stored_pod.pod_meta)
+        else:
+            sandbox = request.sandbox_config
+            skipped = self._skipped(sandbox.labels, sandbox.annotations, sandbox.metadata)
+        if skipped:
             return self._forward(method, raw, context)
+        if self._servers.server_for("PreCreateContainer") is None:
+            # The common case, kept lean: the bytes go as they came, and what the later stages need is
+            # checkpointed as a recipe (built when a hook needs it or the checkpoint is written).
+            answer = self._forward(method, raw, context)
+            reply = self._parse(cri.CreateContainerResponse, answer)
+            if reply is not None:
+                build = functools.partial(self._container_hook_request, request, stored_pod, reply.container_id)
+                self._store.put_container_deferred(reply.container_id, request.pod_sandbox_id, Deferred(build))
+            return answer
+        hook_request = self._container_hook_request(request, stored_pod, "")
         config = request.config
-        hook_request = hook.ContainerResourceHookRequest(
-            pod_meta=pod.pod_meta,
-            container_mata=hook.ContainerMetadata(name=config.metadata.name, attempt=config.metadata.attempt),
-            container_annotations=dict(config.annotations), pod_annotations=dict(pod.annotations),
-            pod_labels=dict(pod.labels), pod_cgroup_parent=pod.cgroup_parent,
-            container_envs={kv.key: kv.value for kv in config.envs})
-        if pod.HasField("resources"):
-            hook_request.pod_resources.CopyFrom(pod.resources)
-        _convert(config.linux.resources, hook_request.container_resources)
         response = self._pre("PreCreateContainer", hook_request, context, _check_container)
         if response is not None:
             self._merge_container(request, response)
@@ -322,6 +329,24 @@ class Interceptor:
                 hook_request.container_envs.update({kv.key: kv.value for kv in config.envs})
             self._store.put_container(reply.container_id, request.pod_sandbox_id, hook_request)
         return answer
+
+    @classmethod
+    def _container_hook_request(cls, request: Any, stored_pod: Any | None, container_id: str) -> Any:
+        """The hook request of a CreateContainer ``request``; the pod as checkpointed, else as the request's
+        sandbox config describes it.  Reads its arguments only (it may run later: :class:`Deferred`)."""
+        pod = stored_pod if stored_pod is not None else cls._pod_from_config(request.sandbox_config)
+        config = request.config
+        hook_request = hook.ContainerResourceHookRequest(
+            pod_meta=pod.pod_meta,
+            container_mata=hook.ContainerMetadata(name=config.metadata.name, attempt=config.metadata.attempt,
+                                                  id=container_id),
+            container_annotations=dict(config.annotations), pod_annotations=dict(pod.annotations),
+            pod_labels=dict(pod.labels), pod_cgroup_parent=pod.cgroup_parent,
+            container_envs={kv.key: kv.value for kv in config.envs})
+        if pod.HasField("resources"):
+            hook_request.pod_resources.CopyFrom(pod.resources)
+        _convert(config.linux.resources, hook_request.container_resources)
+        return hook_request
 
     @staticmethod
     def _pod_from_config(config: Any) -> Any:

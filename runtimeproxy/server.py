@@ -22,8 +22,9 @@ import grpc
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2_grpc as cri_grpc
 from runtimeproxy.backend import Backend, PassthroughHandler, forward_unary, serve
 from runtimeproxy.hookclient import HookClient
-from runtimeproxy.intercept import DEFAULT_SKIP, DEFAULT_SKIP_NAMESPACES, Interceptor
+from runtimeproxy.intercept import Interceptor
 from runtimeproxy.registry import Registry
+from runtimeproxy.skipping import DEFAULT_SKIP, DEFAULT_SKIP_NAMESPACES
 from runtimeproxy.store import Store
 
 log = logging.getLogger(__name__)

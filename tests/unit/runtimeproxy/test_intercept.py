@@ -245,6 +245,34 @@ def test_without_a_hook_server_the_bytes_pass_untouched(env: Env) -> None:
     assert env.backend.received[-1] == (RUNTIME + "CreateContainer", raw)
 
 
+@pytest.mark.parametrize("pod_checkpointed", [True, False], ids=["pod-checkpointed", "pod-from-sandbox-config"])
+def test_without_a_hook_server_the_container_is_checkpointed_as_a_hooked_call_would(
+        env: Env, tmp_path: Path, pod_checkpointed: bool) -> None:
+    # The no-hook path stores a recipe (runtimeproxy.store.Deferred); what it stores must be what the hooked
+    # path stores when the hook gives nothing back (an unreachable server, policy Ignore).
+    unhooked, ignored = env.interceptor(policy=None), env.interceptor("Ignore", endpoint=str(tmp_path / "nobody.sock"))
+    pod_id = run_pod(env, unhooked) if pod_checkpointed else "sb-unknown"
+    stored = []
+    for interceptor in (unhooked, ignored):
+        container_id = create(env, interceptor, pod_id)
+        entry = env.store.container(container_id)
+        assert entry is not None and entry[0] == pod_id
+        assert entry[1].container_mata.id == container_id
+        entry[1].container_mata.id = ""
+        stored.append(entry[1])
+    assert stored[0] == stored[1]
+    assert stored[0].pod_meta.uid == "uid-1" and stored[0].pod_labels["koordinator.sh/qosClass"] == "BE"
+    assert dict(stored[0].container_envs) == {"PATH": "/bin", "HOME": "/root"}
+    assert stored[0].container_resources.cpu_shares == 2
+
+
+def test_without_a_hook_server_a_skipped_pod_s_container_is_not_checkpointed(env: Env) -> None:
+    interceptor = env.interceptor(policy=None)
+    skip = {"runtimeproxy.koordinator.sh/skip-hookserver": "true"}
+    container_id = create(env, interceptor, "sb-system", labels=skip, namespace="kube-system")
+    assert container_id and env.store.container(container_id) is None
+
+
 def test_hooked_requests_keep_unknown_fields(env: Env) -> None:
     env.script.answers["PreCreateContainerHook"] = batch_answer
     interceptor = env.interceptor()

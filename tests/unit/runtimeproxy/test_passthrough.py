@@ -29,6 +29,7 @@ from runtimeproxy.backend import (
     Backend,
     PassthroughHandler,
     forward_unary,
+    one_batch_supported,
     serve,
     unix_target,
 )
@@ -37,6 +38,10 @@ UNKNOWN_UNARY = "/runtime.v9.FutureService/Frobnicate"
 UNKNOWN_BIDI = "/runtime.v9.FutureService/Chat"
 UNKNOWN_FAIL = "/runtime.v9.FutureService/Fail"
 SLOW = "/runtime.v9.FutureService/Slow"
+SLOW_UNARY = "/runtime.v1.RuntimeService/StopContainer"
+"""A known unary method (relayed as a unary call, not a stream) the fake answers as slowly as SLOW."""
+NO_ANSWER = "/runtime.v1.RuntimeService/Status"
+"""A known unary method the fake ends OK without a message."""
 FOREVER = "/runtime.v9.FutureService/Watch"
 VERSION = "/runtime.v1.RuntimeService/Version"
 EVENTS = "/runtime.v1.RuntimeService/GetContainerEvents"
@@ -121,8 +126,14 @@ class FakeRuntime(grpc.GenericRpcHandler):  # type: ignore[misc]
             return grpc.unary_stream_rpc_method_handler(watch)
         if method == UNKNOWN_BIDI:
             return grpc.stream_stream_rpc_method_handler(chat)
-        if method == SLOW:
+        def no_answer(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+            self._record(method, request, context)
+            return iter(())
+
+        if method in (SLOW, SLOW_UNARY):
             return grpc.unary_unary_rpc_method_handler(slow)
+        if method == NO_ANSWER:
+            return grpc.unary_stream_rpc_method_handler(no_answer)
         if method == UNKNOWN_FAIL or method.endswith("/ContainerStatus"):
             return grpc.unary_unary_rpc_method_handler(fail)
         return grpc.unary_unary_rpc_method_handler(echo)
@@ -158,8 +169,12 @@ class Rig:
         return self.channel.unary_unary(method)(request, timeout=kwargs.pop("timeout", CALL_TIMEOUT), **kwargs)
 
 
-@pytest.fixture
-def make_rig(sockdir: Path) -> Iterator[Callable[..., Rig]]:
+@pytest.fixture(params=[True, False], ids=["one-batch", "streamed"])
+def make_rig(sockdir: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Rig]]:
+    """Rigs whose backend makes unary calls one way: every rig test runs on both (see Backend's one_batch)."""
+    one_batch: bool = request.param
+    if one_batch and not one_batch_supported():
+        pytest.skip(f"gRPC {grpc.__version__} gets the public unary path only")
     servers: list[grpc.Server] = []
     closers: list[Callable[[], Any]] = []
 
@@ -167,7 +182,7 @@ def make_rig(sockdir: Path) -> Iterator[Callable[..., Rig]]:
         runtime, images = FakeRuntime("runtime"), FakeRuntime("images")
         servers.append(start_fake(sockdir / "runtime.sock", runtime))
         servers.append(start_fake(sockdir / "images.sock", images))
-        backend = Backend(str(sockdir / "runtime.sock"), f"unix://{sockdir / 'images.sock'}")
+        backend = Backend(str(sockdir / "runtime.sock"), f"unix://{sockdir / 'images.sock'}", one_batch=one_batch)
         closers.append(backend.close)
         proxy_socket = sockdir / "proxy.sock"
         servers.append(serve(str(proxy_socket), PassthroughHandler(backend, intercepted or {}), max_workers=8))
@@ -335,8 +350,9 @@ def test_expired_deadline_is_deadline_exceeded(rig: Rig) -> None:
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
-def test_caller_cancellation_cancels_backend_call(rig: Rig) -> None:
-    future = rig.channel.unary_unary(SLOW).future(b"s")
+@pytest.mark.parametrize("method", [SLOW, SLOW_UNARY])
+def test_caller_cancellation_cancels_backend_call(rig: Rig, method: str) -> None:
+    future = rig.channel.unary_unary(method).future(b"s")
     deadline = time.monotonic() + CALL_TIMEOUT
     while not rig.runtime.calls and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -358,6 +374,30 @@ def test_backend_error_returned_unchanged(rig: Rig, method: str) -> None:
     trailing = dict(error.trailing_metadata())
     assert trailing["x-reason"] == "gone"
     assert trailing["grpc-status-details-bin"] == STATUS_DETAILS
+
+
+def test_backend_ending_ok_without_a_message_fails_the_call(rig: Rig) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        rig.unary(NO_ANSWER, b"n")
+    assert info.value.code() == grpc.StatusCode.INTERNAL
+    assert [c.method for c in rig.runtime.calls] == [NO_ANSWER]
+
+
+@pytest.mark.parametrize("one_batch", [True, False], ids=["one-batch", "streamed"])
+def test_cancelling_an_ended_call_is_harmless(rig: Rig, one_batch: bool) -> None:
+    if one_batch and not one_batch_supported():
+        pytest.skip(f"gRPC {grpc.__version__} gets the public unary path only")
+    with Backend(str(rig.proxy_socket.parent / "runtime.sock"), one_batch=one_batch) as backend:
+        call = backend.unary_call(VERSION, b"v", (), CALL_TIMEOUT)
+        assert call.result().startswith(b"\xffruntime")
+        assert call.cancel() is False and not call.cancelled()
+        assert dict(call.initial_metadata() or ())["x-backend"] == "runtime"
+        assert dict(call.trailing_metadata() or ())["x-backend-trailer"] == "done"
+
+
+@pytest.mark.parametrize(("version", "supported"), [("1.85.3", True), ("1.86.0", False), ("1.8.5", False)])
+def test_one_batch_calls_only_with_the_grpc_releases_checked(version: str, supported: bool) -> None:
+    assert one_batch_supported(version) is supported
 
 
 def test_unreachable_backend_is_unavailable(sockdir: Path) -> None:

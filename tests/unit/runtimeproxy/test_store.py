@@ -15,7 +15,7 @@ import pytest
 from koordlet.apis.proto.cri.runtime.v1 import api_pb2 as cri
 from koordlet.apis.proto.runtime.v1alpha1 import api_pb2 as hookapi
 from runtimeproxy.cli import FieldsFormatter
-from runtimeproxy.store import RebuildReport, Store
+from runtimeproxy.store import Deferred, RebuildReport, Store
 
 POD_ID = "a" * 64
 POD2_ID = "b" * 64
@@ -107,6 +107,48 @@ def test_persists_across_instances(tmp_path: Path) -> None:
     reopened.load()
     assert reopened.pods() == {POD_ID: pod_request()}
     assert reopened.containers() == {CTR_ID: (POD_ID, container_request())}
+
+
+def test_a_deferred_container_is_built_when_first_needed_and_written_as_built(tmp_path: Path) -> None:
+    path = tmp_path / "store.json"
+    store = Store(str(path), persist_delay_seconds=3600)  # written by close() only
+    built: list[str] = []
+
+    def build(name: str) -> hookapi.ContainerResourceHookRequest:
+        built.append(name)
+        return container_request(name)
+
+    store.put_container_deferred(CTR_ID, POD_ID, Deferred(lambda: build("kept")))
+    store.put_container_deferred("d" * 64, POD_ID, Deferred(lambda: build("removed")))
+    store.remove_container("d" * 64)
+    assert built == [] and set(store.containers()) == {CTR_ID}
+    assert built == ["kept"]
+    assert store.container(CTR_ID) == (POD_ID, container_request("kept"))
+    store.close()
+    assert built == ["kept"], "built once, never for the removed one"
+
+    reopened = Store(str(path))
+    reopened.load()
+    assert reopened.containers() == {CTR_ID: (POD_ID, container_request("kept"))}
+
+
+def test_each_write_has_the_current_entries_only(tmp_path: Path) -> None:
+    # Every write converts only changed entries (runtimeproxy.store._Forms): replaced and removed ones must not
+    # come back from the kept forms.
+    path = tmp_path / "store.json"
+    store = Store(str(path), persist_delay_seconds=3600)
+    store.put_pod(POD_ID, pod_request("first"))
+    store.put_pod(POD2_ID, pod_request("other"))
+    store.put_container(CTR_ID, POD_ID, container_request("first"))
+    assert store.flush()
+    store.put_pod(POD_ID, pod_request("second"))
+    store.remove_pod(POD2_ID)
+    store.put_container(CTR_ID, POD_ID, container_request("second"))
+    assert store.flush()
+    body = json.loads(path.read_text())
+    assert set(body["pods"]) == {POD_ID} and body["pods"][POD_ID]["pod_meta"]["name"] == "second"
+    assert body["containers"][CTR_ID]["request"]["container_mata"]["name"] == "second"
+    store.close()
 
 
 def test_a_burst_of_changes_is_written_once_in_the_background(tmp_path: Path) -> None:
