@@ -66,6 +66,8 @@ setup(
         "kubernetes>=29.0.0",
         # koord-companion's self-signed serving certificate (--tls-secret, koordlet/companion/certs.py).
         "cryptography>=42.0",
+        # koord-companion decodes every node's NodeMetric report with it (koordlet/apis/nodemetric/wire.py).
+        "msgspec>=0.18",
     ],
     extras_require={
         "test": [

@@ -52,7 +52,7 @@ from typing import Any, Final
 
 import grpc
 
-from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
+from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus, decode_status
 from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
 from koordlet.companion.auth import (
     AnonymousAuthenticator,
@@ -469,13 +469,7 @@ class CompanionServer:
             if not isinstance(topology, dict):
                 raise ParseError(f"topology_json: must be a JSON object, got {type(topology).__name__}")
             self._on_topology(node, topology)
-        try:
-            document = json.loads(status_json)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ParseError(f"status_json: not valid JSON: {exc}") from None
-        except RecursionError:  # "[[[[..." a few thousand deep: the C decoder recurses per level
-            raise ParseError("status_json: nested too deeply") from None
-        status = NodeMetricStatus.from_json(document, "status")
+        status = decode_status(status_json, "status", "status_json")
         self._on_metric(node, status)
         return self.collect_policy_json(node)
 

@@ -35,6 +35,7 @@ from koordlet.apis.nodemetric import (
     DEFAULT_REPORT_INTERVAL_SECONDS,
     NodeMetricCollectPolicy,
     NodeMetricStatus,
+    decode_status,
     parse_time,
 )
 from koordlet.apis.pod import pod_from_json
@@ -301,7 +302,7 @@ class Companion:
         if name and not self._newer_than_held(name, obj.get("status")):
             return  # most events are the echo of this replica's own write: not decoded at all
         try:
-            status = NodeMetricStatus.from_json(obj.get("status"), "status")
+            status = decode_status(obj.get("status"), "status")
         except KoordletError as exc:
             log.warning("NodeMetric status not decoded, the node's last good metric kept",
                         extra={"node": name, "error": str(exc)})

@@ -50,6 +50,7 @@ from koordlet.apis.nodemetric.status import (
     format_time,
     parse_time,
 )
+from koordlet.apis.nodemetric.wire import decode_status
 from koordlet.errors import ConfigError, ParseError
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "PodMetricInfo",
     "ReclaimableMetric",
     "ResourceMap",
+    "decode_status",
     "format_time",
     "parse_time",
 ]
@@ -120,5 +122,5 @@ class NodeMetric:
         return cls(
             name=gojson.string(member(metadata, "name"), "metadata.name"),
             collect_policy=NodeMetricCollectPolicy.from_spec(spec) if has_policy else None,
-            status=NodeMetricStatus.from_json(member(obj, "status")),
+            status=decode_status(member(obj, "status")),
         )

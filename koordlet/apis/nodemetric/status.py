@@ -6,13 +6,10 @@ from __future__ import annotations
 import enum
 import math
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import chain, repeat
-from operator import itemgetter, mul
-from typing import Any, Final
+from typing import Any
 
 from koordlet.apis import gojson
 from koordlet.apis.duration import format_duration, parse_duration
@@ -82,9 +79,6 @@ class ResourceMap:
     def from_json(cls, obj: Any, where: str) -> ResourceMap:
         if obj is None:
             return cls()
-        fast = _usage_fast(obj)
-        if fast is not None:
-            return fast
         resources = member(gojson.mapping(obj, where, optional=False), "resources")
         if resources is None:
             return cls()
@@ -127,8 +121,7 @@ class AggregatedUsage:
             kind = _AGGREGATION_BY_VALUE.get(key)
             if kind is None:
                 raise ParseError(f"{where}.usage: unknown aggregation {key!r}")
-            fast = _usage_fast(value)  # before the field path is formatted: ~30 per report
-            usage[kind] = fast if fast is not None else ResourceMap.from_json(value, f"{where}.usage.{key}")
+            usage[kind] = ResourceMap.from_json(value, f"{where}.usage.{key}")
         duration = gojson.string(member(obj, "duration"), f"{where}.duration")
         try:
             seconds = parse_duration(duration) if duration else 0.0
@@ -180,105 +173,6 @@ class NodeMetricInfo:
 
 _PRIORITY_BY_VALUE = {p.value: p for p in PriorityClass}
 _QOS_BY_VALUE = {q.value: q for q in QoSClass}
-_POD_METRIC_KEYS = frozenset({"name", "namespace", "podUsage", "priority", "qos"})
-_USAGE_KEYS = frozenset({"resources"})
-_RESOURCE_KEYS = frozenset({"cpu", "memory"})
-_FAST_DIGITS = 18
-"""Texts short enough for ``int()`` (as in :mod:`koordlet.apis.quantity`)."""
-_BINARY_SCALES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-
-
-_new = object.__new__
-
-
-def _resource_map(cpu_milli: int | None, memory_bytes: int | None) -> ResourceMap:
-    """``ResourceMap(cpu_milli, memory_bytes)`` without the frozen dataclass's ``__init__`` (which sets each
-    field through ``object.__setattr__``): the slots are written directly, half the cost, for the ~130 maps of
-    every report a companion decodes."""
-    usage = _new(ResourceMap)
-    _SET_CPU(usage, cpu_milli)
-    _SET_MEMORY(usage, memory_bytes)
-    return usage
-
-
-def _quantity_fast(text: Any, milli: bool) -> int | None:
-    """A quantity in the canonical forms koordlets write (``"138m"``, ``"2"`` for CPU; ``"1815637738"``,
-    ``"17828Ki"`` for memory), as :func:`milli_value` / :func:`int_value` read them; None for anything else
-    (the caller then takes those, which handle every form or raise)."""
-    if type(text) is not str or not text.isascii() or len(text) > _FAST_DIGITS:
-        return None
-    if text.isdigit():
-        return int(text) * 1000 if milli else int(text)
-    if milli:
-        return int(text[:-1]) if text[-1:] == "m" and text[:-1].isdigit() else None
-    scale = _BINARY_SCALES.get(text[-2:])
-    return int(text[:-2]) * scale if scale is not None and text[:-2].isdigit() else None
-
-
-_UNUSUAL: Final = object()
-"""What :func:`_amount_fast` gives for an amount the fast path does not take."""
-
-
-def _amount_fast(value: Any, milli: bool) -> Any:
-    """An amount as :func:`_quantity_fast`, else as the checked reader has it; None when absent, :data:`_UNUSUAL`
-    when it does not parse (the caller then takes the checked path, which names what is wrong)."""
-    if value is None:
-        return None
-    amount = _quantity_fast(value, milli)
-    if amount is not None:
-        return amount
-    if type(value) is not str:
-        return _UNUSUAL
-    try:
-        return milli_value(value) if milli else int_value(value)
-    except ParseError:
-        return _UNUSUAL
-
-
-def _usage_fast(obj: Any) -> ResourceMap | None:
-    """A ``ResourceMap`` in the exact shape koordlets send, decoded without building error paths; None when
-    anything is unusual (the caller then takes the checked path, which names what is wrong)."""
-    if obj is None:
-        return ResourceMap()
-    if type(obj) is not dict or not obj.keys() <= _USAGE_KEYS:
-        return None
-    resources = obj.get("resources")
-    if resources is None:
-        return ResourceMap()
-    if type(resources) is not dict or not resources.keys() <= _RESOURCE_KEYS:
-        return None
-    cpu_milli = _amount_fast(resources.get("cpu"), True)
-    memory_bytes = _amount_fast(resources.get("memory"), False)
-    if cpu_milli is _UNUSUAL or memory_bytes is _UNUSUAL:
-        return None
-    return _resource_map(cpu_milli, memory_bytes)
-
-
-def _pod_metric_fast(obj: Any) -> PodMetricInfo | None:
-    """The fast path of :meth:`PodMetricInfo.from_json` (a companion decodes ~100 of these per report)."""
-    if type(obj) is not dict or not obj.keys() <= _POD_METRIC_KEYS:
-        return None
-    get = obj.get
-    name, namespace = get("name", ""), get("namespace", "")
-    if type(name) is not str or type(namespace) is not str:
-        return None
-    try:  # a list or an object here is unhashable (TypeError); the checked path names the bad field
-        priority = _PRIORITY_BY_VALUE[get("priority", "")]
-        qos = _QOS_BY_VALUE[get("qos", "")]
-    except (KeyError, TypeError):
-        return None
-    usage = _usage_fast(get("podUsage"))
-    if usage is None:
-        return None
-    info = _new(PodMetricInfo)
-    _SET_POD_NAME(info, name)
-    _SET_POD_NAMESPACE(info, namespace)
-    _SET_POD_USAGE(info, usage)
-    _SET_POD_PRIORITY(info, priority)
-    _SET_POD_QOS(info, qos)
-    return info
-
-
 def _classes_to_json(out: dict[str, Any], priority: PriorityClass, qos: QoSClass) -> dict[str, Any]:
     """``out`` with ``priority`` and ``qos`` added unless NONE (Go's omitempty)."""
     if priority is not PriorityClass.NONE:
@@ -324,9 +218,6 @@ class PodMetricInfo:
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> PodMetricInfo:
-        fast = _pod_metric_fast(obj)
-        if fast is not None:
-            return fast
         obj = gojson.mapping(obj, where, optional=False)
         priority, qos = _classes_from_json(obj, where)
         return cls(
@@ -338,24 +229,8 @@ class PodMetricInfo:
         )
 
 
-# The slots' own setters, for the decoders' direct construction (_resource_map, _pod_metric_fast).
-_SET_CPU = vars(ResourceMap)["cpu_milli"].__set__
-_SET_MEMORY = vars(ResourceMap)["memory_bytes"].__set__
-_SET_POD_NAME = vars(PodMetricInfo)["name"].__set__
-_SET_POD_NAMESPACE = vars(PodMetricInfo)["namespace"].__set__
-_SET_POD_USAGE = vars(PodMetricInfo)["pod_usage"].__set__
-_SET_POD_PRIORITY = vars(PodMetricInfo)["priority"].__set__
-_SET_POD_QOS = vars(PodMetricInfo)["qos"].__set__
-
-
 def _pods_metric(items: list[Any], where: str) -> tuple[PodMetricInfo, ...]:
-    """``podsMetric``: the fast path per entry, the checked one (with the entry's field path) where it declines."""
-    pods: list[PodMetricInfo] = []
-    append = pods.append
-    for i, item in enumerate(items):
-        fast = _pod_metric_fast(item)
-        append(fast if fast is not None else PodMetricInfo.from_json(item, f"{where}[{i}]"))
-    return tuple(pods)
+    return tuple(PodMetricInfo.from_json(item, f"{where}[{i}]") for i, item in enumerate(items))
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,9 +321,6 @@ class NodeMetricStatus:
     def from_json(cls, obj: Any, where: str = "status") -> NodeMetricStatus:
         if obj is None:
             return cls()
-        fast = _status_fast(obj)  # the shape koordlets send; None sends anything else down the checked path
-        if fast is not None:
-            return fast
         obj = gojson.mapping(obj, where, optional=False)
         update_time = gojson.string(member(obj, "updateTime"), f"{where}.updateTime")
         try:
@@ -471,235 +343,3 @@ class NodeMetricStatus:
                 for i, item in enumerate(gojson.array(member(obj, "hostApplicationMetric"),
                                                       f"{where}.hostApplicationMetric"))),
         )
-
-
-# --- The fast decoder ---------------------------------------------------------------------------------------
-#
-# A companion decodes every node's report every interval: ~100 pods and ~30 aggregated usages each.  The checked
-# decoder above walks them one field at a time, building the field path it would name in an error.  The decoder
-# below takes only the exact shape koordlets write (canonical keys, no nulls, the quantity forms they print),
-# checks each column of the pod list at once (C loops: map, set, join) and builds the objects without their
-# dataclass __init__.  It returns None as soon as anything is unusual, and the checked decoder then decodes (or
-# names what is wrong): so for every status it accepts, it gives exactly what the checked decoder gives.
-
-_STATUS_KEYS: Final = frozenset({"updateTime", "nodeMetric", "podsMetric", "prodReclaimableMetric", "prodPeakMetric",
-                                 "hostApplicationMetric"})
-_NODE_INFO_KEYS: Final = frozenset({"nodeUsage", "aggregatedNodeUsages", "systemUsage", "aggregatedSystemUsages"})
-_AGGREGATED_KEYS: Final = frozenset({"usage", "duration"})
-_RESOURCE_KEY_SET: Final = frozenset({"resource"})
-_HOST_APP_KEYS: Final = frozenset({"name", "usage", "priority", "qos"})
-_DICTS: Final = {dict}
-_STRS: Final = {str}
-_CUT_LAST: Final = itemgetter(slice(None, -1))
-_NO_RESOURCES: Final[dict[str, Any]] = {}
-_GET: Final[Callable[..., Any]] = dict.get
-_DURATIONS: dict[str, float] = {}
-"""Seconds of the duration texts met so far: koordlets send the same few windows ("5m0s") in every report."""
-_MAX_DURATIONS: Final = 64
-
-_SET_AGG_DURATION = vars(AggregatedUsage)["duration_seconds"].__set__
-_SET_AGG_USAGE = vars(AggregatedUsage)["usage"].__set__
-
-
-def _dicts_with_keys(items: list[Any], keys: frozenset[str]) -> bool:
-    """Whether every item is a dict whose keys are all in ``keys``."""
-    return set(map(type, items)) == _DICTS and keys.issuperset(chain.from_iterable(items))
-
-
-def _amounts(texts: list[Any], milli: bool) -> list[Any] | None:
-    """The amounts of a column of quantities (None where absent), as :func:`_amount_fast` reads each; None when
-    one does not parse.  The usual columns (all ``"138m"``, all plain byte counts) are checked and converted
-    whole."""
-    if texts and set(map(type, texts)) == _STRS:
-        joined = "".join(texts)
-        shortest = min(map(len, texts))
-        if joined.isascii() and shortest > 0 and max(map(len, texts)) <= _FAST_DIGITS:
-            if joined.isdigit():  # every text plain digits: cores or bytes
-                return list(map(mul, map(int, texts), repeat(1000))) if milli else list(map(int, texts))
-            n = len(texts)
-            # every text digits then one "m": n "m"s in all, each text ending with one, and digits otherwise
-            if (milli and shortest > 1 and joined.count("m") == n and sum(map(str.endswith, texts, repeat("m"))) == n
-                    and joined.replace("m", "").isdigit()):
-                return list(map(int, map(_CUT_LAST, texts)))
-    amounts = [_amount_fast(text, milli) for text in texts]
-    return None if _UNUSUAL in amounts else amounts
-
-
-def _resource_maps(usages: list[Any]) -> list[ResourceMap] | None:
-    """ResourceMaps of a column of ``{"resources": {"cpu": .., "memory": ..}}`` objects; None when unusual."""
-    if not usages:
-        return []
-    if not _dicts_with_keys(usages, _USAGE_KEYS):
-        return None
-    resources = list(map(_GET, usages, repeat("resources")))
-    if None in resources:  # a pod not measured yet: "podUsage": {}
-        resources = [_NO_RESOURCES if r is None else r for r in resources]
-    if not _dicts_with_keys(resources, _RESOURCE_KEYS):
-        return None
-    cpu = _amounts(list(map(_GET, resources, repeat("cpu"))), True)
-    memory = _amounts(list(map(_GET, resources, repeat("memory"))), False)
-    if cpu is None or memory is None:
-        return None
-    maps = list(map(_new, repeat(ResourceMap, len(usages))))
-    deque(map(_SET_CPU, maps, cpu), 0)
-    deque(map(_SET_MEMORY, maps, memory), 0)
-    return maps
-
-
-def _classes(items: list[Any]) -> tuple[list[PriorityClass], list[QoSClass]] | None:
-    """The ``priority`` and ``qos`` columns (absent is NONE); None when one is not a known class."""
-    try:  # a list or an object is unhashable (TypeError): the checked path names it
-        priorities = list(map(_PRIORITY_BY_VALUE.get, map(_GET, items, repeat("priority"), repeat(""))))
-        qos = list(map(_QOS_BY_VALUE.get, map(_GET, items, repeat("qos"), repeat(""))))
-    except TypeError:
-        return None
-    if None in priorities or None in qos:
-        return None
-    return priorities, qos  # type: ignore[return-value]  # None excluded just above
-
-
-def _pods_fast(items: Any) -> tuple[PodMetricInfo, ...] | None:
-    """``podsMetric`` decoded a column at a time; None when anything is unusual."""
-    if items is None:
-        return ()
-    if type(items) is not list:
-        return None
-    if not items:
-        return ()
-    if not _dicts_with_keys(items, _POD_METRIC_KEYS):
-        return None
-    names = list(map(_GET, items, repeat("name"), repeat("")))
-    namespaces = list(map(_GET, items, repeat("namespace"), repeat("")))
-    if set(map(type, names)) != _STRS or set(map(type, namespaces)) != _STRS:
-        return None
-    classes = _classes(items)
-    usages = _resource_maps(list(map(_GET, items, repeat("podUsage"))))
-    if classes is None or usages is None:
-        return None
-    pods = list(map(_new, repeat(PodMetricInfo, len(items))))
-    deque(map(_SET_POD_NAME, pods, names), 0)
-    deque(map(_SET_POD_NAMESPACE, pods, namespaces), 0)
-    deque(map(_SET_POD_USAGE, pods, usages), 0)
-    deque(map(_SET_POD_PRIORITY, pods, classes[0]), 0)
-    deque(map(_SET_POD_QOS, pods, classes[1]), 0)
-    return tuple(pods)
-
-
-def _duration_fast(text: Any) -> float | None:
-    """Seconds of an aggregation window's duration text; None when it is not a string or does not parse."""
-    if text is None or text == "":
-        return 0.0
-    if type(text) is not str:
-        return None
-    seconds = _DURATIONS.get(text)
-    if seconds is None:
-        try:
-            seconds = parse_duration(text)
-        except ValueError:
-            return None
-        if len(_DURATIONS) < _MAX_DURATIONS:  # bounded: a hostile node cannot grow it
-            _DURATIONS[text] = seconds
-    return seconds
-
-
-def _windows_fast(lists: tuple[Any, ...]) -> tuple[tuple[AggregatedUsage, ...], ...] | None:
-    """Each of ``lists`` (``aggregatedNodeUsages``, ``aggregatedSystemUsages``) decoded, their ResourceMaps a
-    column at a time; None when anything is unusual."""
-    windows: list[Any] = []
-    for items in lists:
-        if items is not None:
-            if type(items) is not list:
-                return None
-            windows += items
-    if not windows:
-        return (), ()
-    if not _dicts_with_keys(windows, _AGGREGATED_KEYS):
-        return None
-    usages = list(map(_GET, windows, repeat("usage"), repeat({})))
-    if set(map(type, usages)) != _DICTS:
-        return None
-    try:
-        kinds = list(map(_AGGREGATION_BY_VALUE.__getitem__, chain.from_iterable(usages)))
-    except (KeyError, TypeError):
-        return None
-    maps = _resource_maps(list(chain.from_iterable(map(dict.values, usages))))
-    seconds = list(map(_duration_fast, map(_GET, windows, repeat("duration"))))
-    if maps is None or None in seconds:
-        return None
-    out = list(map(_new, repeat(AggregatedUsage, len(windows))))
-    deque(map(_SET_AGG_DURATION, out, seconds), 0)
-    at = 0
-    for window, usage in zip(out, usages, strict=True):
-        count = len(usage)
-        _SET_AGG_USAGE(window, dict(zip(kinds[at:at + count], maps[at:at + count], strict=True)))
-        at += count
-    split = len(lists[0]) if lists[0] is not None else 0
-    return tuple(out[:split]), tuple(out[split:])
-
-
-def _node_info_fast(obj: Any) -> NodeMetricInfo | None:
-    if type(obj) is not dict or not obj.keys() <= _NODE_INFO_KEYS:
-        return None
-    node_usage = _usage_fast(obj.get("nodeUsage"))
-    system_usage = _usage_fast(obj.get("systemUsage"))
-    windows = _windows_fast((obj.get("aggregatedNodeUsages"), obj.get("aggregatedSystemUsages")))
-    if node_usage is None or system_usage is None or windows is None:
-        return None
-    return NodeMetricInfo(node_usage, windows[0], system_usage, windows[1])
-
-
-def _resource_fast(obj: Any) -> ResourceMap | None:
-    """``{"resource": ResourceMap}`` (prodReclaimableMetric, prodPeakMetric); None when unusual."""
-    if type(obj) is not dict or not obj.keys() <= _RESOURCE_KEY_SET:
-        return None
-    return _usage_fast(obj.get("resource"))
-
-
-def _host_apps_fast(items: Any) -> tuple[HostApplicationMetricInfo, ...] | None:
-    if items is None:
-        return ()
-    if type(items) is not list or not _dicts_with_keys(items, _HOST_APP_KEYS):
-        return None
-    apps = []
-    for item in items:
-        name = item.get("name", "")
-        usage = _usage_fast(item.get("usage"))
-        priority = _PRIORITY_BY_VALUE.get(item.get("priority", "")) if type(item.get("priority", "")) is str else None
-        qos = _QOS_BY_VALUE.get(item.get("qos", "")) if type(item.get("qos", "")) is str else None
-        if type(name) is not str or usage is None or priority is None or qos is None:
-            return None
-        apps.append(HostApplicationMetricInfo(name, usage, priority, qos))
-    return tuple(apps)
-
-
-def _status_fast(obj: Any) -> NodeMetricStatus | None:
-    """:meth:`NodeMetricStatus.from_json` of a status in the shape koordlets send; None for anything else."""
-    if type(obj) is not dict or not obj.keys() <= _STATUS_KEYS:
-        return None
-    text = obj.get("updateTime")
-    when: float | None = None
-    if text is not None and text != "":
-        if type(text) is not str:
-            return None
-        try:
-            when = parse_time(text)
-        except ValueError:
-            return None
-    raw_node = obj.get("nodeMetric")
-    node_metric = _node_info_fast(raw_node) if raw_node is not None else None
-    pods = _pods_fast(obj.get("podsMetric"))
-    if (raw_node is not None and node_metric is None) or pods is None:
-        return None
-    reclaimable = peak = None
-    if (raw := obj.get("prodReclaimableMetric")) is not None:
-        if (resource := _resource_fast(raw)) is None:
-            return None
-        reclaimable = ReclaimableMetric(resource)
-    if (raw := obj.get("prodPeakMetric")) is not None:
-        if (resource := _resource_fast(raw)) is None:
-            return None
-        peak = PeakMetric(resource)
-    host_apps = _host_apps_fast(obj.get("hostApplicationMetric"))
-    if host_apps is None:
-        return None
-    return NodeMetricStatus(when, node_metric, pods, reclaimable, peak, host_apps)

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from koordlet.apis import gojson
 from koordlet.apis.gojson import member
-from koordlet.apis.nodemetric import NodeMetricStatus, parse_time
+from koordlet.apis.nodemetric import decode_status, parse_time
 from koordlet.apis.pod import pod_from_json
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.companion.extender.pods import parse_pod
@@ -234,7 +234,7 @@ def build_snapshot(nodes: list[Any], pods: list[Any], node_metrics: list[Any], n
         try:
             metric = gojson.mapping(obj, "NodeMetric", optional=False)
             name = str(member(gojson.mapping(member(metric, "metadata"), "NodeMetric.metadata"), "name") or "")
-            status = NodeMetricStatus.from_json(member(metric, "status"), f"NodeMetric {name}.status")
+            status = decode_status(member(metric, "status"), f"NodeMetric {name}.status")
         except ParseError as exc:
             log.warning("descheduler: skipping a NodeMetric", extra={"error": str(exc)})
             continue

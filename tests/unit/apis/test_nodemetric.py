@@ -3,6 +3,7 @@ policy, and the published samples (../shared/reference/koordinator-samples/crs/n
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from koordlet.apis.extension import PriorityClass, QoSClass
 from koordlet.apis.nodemetric import (
     AggregatedUsage,
     AggregationType,
+    HostApplicationMetricInfo,
     MemoryCollectPolicy,
     NodeMetric,
     NodeMetricCollectPolicy,
@@ -23,9 +25,11 @@ from koordlet.apis.nodemetric import (
     PodMetricInfo,
     ReclaimableMetric,
     ResourceMap,
+    decode_status,
     format_time,
     parse_time,
 )
+from koordlet.apis.nodemetric.wire import fast_status
 from koordlet.apis.quantity import format_cpu_milli, format_memory_bytes, int_value, milli_value
 from koordlet.errors import ConfigError, ParseError
 
@@ -407,37 +411,26 @@ _MOSTLY_GOOD_STATUS = st.fixed_dictionaries({"podsMetric": st.lists(st.one_of(_G
                                                                       max_size=8)})
 
 
-def _checked(document: Any) -> NodeMetricStatus:
-    """The checked decoder alone: the fast one turned off."""
-    from unittest import mock
-
-    from koordlet.apis.nodemetric import status as status_module
-    with mock.patch.object(status_module, "_status_fast", return_value=None):
-        return NodeMetricStatus.from_json(document)
-
-
-@given(st.one_of(_STATUS, _MOSTLY_GOOD_STATUS))
-def test_the_fast_decoder_agrees_with_the_checked_one(document: dict[str, Any]) -> None:
-    """Whatever the fast decoder takes, it decodes exactly as the checked decoder; what it declines, the checked
-    decoder decodes or names (from_json is the two together)."""
-    from koordlet.apis.nodemetric import status as status_module
-
-    fast = status_module._status_fast(document)
+@given(st.one_of(_STATUS, _MOSTLY_GOOD_STATUS), st.booleans())
+def test_the_fast_decoder_agrees_with_the_checked_one(document: dict[str, Any], as_bytes: bool) -> None:
+    """Whatever the fast decoder takes (the report's bytes, or a NodeMetric's parsed status), it decodes exactly as
+    the checked decoder; what it declines, the checked decoder decodes or names (decode_status is the two)."""
+    raw: bytes | dict[str, Any] = json.dumps(document).encode() if as_bytes else document
+    fast = fast_status(raw)
     try:
-        checked = _checked(document)
-    except ParseError:
+        checked = NodeMetricStatus.from_json(document)
+    except ParseError as exc:
         assert fast is None
-        with pytest.raises(ParseError):
-            NodeMetricStatus.from_json(document)
+        with pytest.raises(ParseError) as info:
+            decode_status(raw)
+        assert str(info.value) == str(exc)
         return
     if fast is not None:
         assert fast == checked
-    assert NodeMetricStatus.from_json(document) == checked
+    assert decode_status(raw) == checked
 
 
 def test_the_fast_decoder_takes_what_koordlets_send() -> None:
-    from koordlet.apis.nodemetric import status as status_module
-
     window = AggregatedUsage(300.0, {kind: _usage(1500 + i, 2**30 + i) for i, kind in enumerate(AggregationType)})
     status = NodeMetricStatus(
         update_time=1648641017.0,
@@ -445,9 +438,31 @@ def test_the_fast_decoder_takes_what_koordlets_send() -> None:
                                    (window,)),
         pods_metric=(PodMetricInfo("a", "ns", _usage(138, 1815637738), PriorityClass.PROD, QoSClass.LS),
                      PodMetricInfo("b", "ns", _usage(0, 0)), PodMetricInfo("c", "ns", ResourceMap())),
-        prod_reclaimable_metric=ReclaimableMetric(_usage(1000, 2048)))
+        prod_reclaimable_metric=ReclaimableMetric(_usage(1000, 2048)),
+        host_application_metric=(HostApplicationMetricInfo("nginx", _usage(5, 6), PriorityClass.PROD, QoSClass.LS),))
     document = status.to_json()
-    assert status_module._status_fast(document) == status == _checked(document)
+    assert fast_status(json.dumps(document).encode()) == fast_status(document) == status
+    assert NodeMetricStatus.from_json(document) == status
+
+
+@pytest.mark.parametrize(("raw", "pods"), [
+    (b'{"podsMetric": [{"name": "a"}], "podsMetric": [{"name": "b"}]}', ["b"]),  # the last of a repeated key
+    (b'{"PodsMetric": [{"name": "a"}]}', ["a"]),  # Go's case-insensitive keys: the checked decoder's
+    (b'\xef\xbb\xbf{"podsMetric": [{"name": "a"}]}', ["a"]),  # a UTF-8 BOM, as json.loads takes it
+])
+def test_report_bytes_decode_as_json_loads_reads_them(raw: bytes, pods: list[str]) -> None:
+    assert [p.name for p in decode_status(raw).pods_metric] == pods
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    (b"", "^status_json: not valid JSON"),
+    (b'{"podsMetric": [', "^status_json: not valid JSON"),
+    (b"[" * 100_000, "^status_json: nested too deeply"),
+    (b'{"podsMetric": [{"podUsage": {"resources": {"cpu": "lots"}}}]}', r"^status\.podsMetric\[0\]\.podUsage"),
+])
+def test_bad_report_bytes_are_named(raw: bytes, message: str) -> None:
+    with pytest.raises(ParseError, match=message):
+        decode_status(raw)
 
 
 @pytest.mark.parametrize("text", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])

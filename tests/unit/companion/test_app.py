@@ -227,13 +227,13 @@ def test_a_watched_nodemetric_not_newer_than_the_held_one_is_not_decoded(monkeyp
             "nodeUsage": {"resources": {"cpu": cpu, "memory": "1Gi"}}}}}
 
     decoded: list[Any] = []
-    real = app.NodeMetricStatus.from_json
+    real = app.decode_status
 
     def counting(obj: Any, where: str = "status") -> NodeMetricStatus:
         decoded.append(obj)
         return real(obj, where)
 
-    monkeypatch.setattr(app.NodeMetricStatus, "from_json", counting)
+    monkeypatch.setattr(app, "decode_status", counting)
     instance.on_cluster_metric(nodemetric(now, "1"))
     assert len(decoded) == 1
     instance.on_cluster_metric(nodemetric(now, "1"))  # the echo
