@@ -52,7 +52,7 @@ from typing import Any, Final
 
 import grpc
 
-from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus, decode_status
+from koordlet.apis.nodemetric import NodeMetricCollectPolicy, NodeMetricStatus
 from koordlet.apis.proto.companion.v1 import companion_pb2, companion_pb2_grpc
 from koordlet.companion.auth import (
     AnonymousAuthenticator,
@@ -65,6 +65,7 @@ from koordlet.companion.auth import (
     check_exposure,
     is_loopback,
 )
+from koordlet.companion.metricdecode import decode_status
 from koordlet.companion.ratelimit import EvictionRateLimited
 from koordlet.errors import KoordletError, ParseError
 from koordlet.system.unixsocket import remove_stale_socket

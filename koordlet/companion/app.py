@@ -35,7 +35,6 @@ from koordlet.apis.nodemetric import (
     DEFAULT_REPORT_INTERVAL_SECONDS,
     NodeMetricCollectPolicy,
     NodeMetricStatus,
-    decode_status,
     parse_time,
 )
 from koordlet.apis.pod import pod_from_json
@@ -57,6 +56,7 @@ from koordlet.companion.colocation.webhook import WebhookOptions, WebhookService
 from koordlet.companion.descheduler.config import DeschedulerConfig
 from koordlet.companion.descheduler.runner import Descheduler
 from koordlet.companion.extender import LoadAwareArgs, LoadAwareExtender, NodeStore, make_server
+from koordlet.companion.metricdecode import decode_status
 from koordlet.companion.midresource import MidResult
 from koordlet.companion.noderesources import NodeInputs, NodeResources
 from koordlet.companion.podfields import pod_fields, pod_identity

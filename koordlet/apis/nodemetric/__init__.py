@@ -50,7 +50,6 @@ from koordlet.apis.nodemetric.status import (
     format_time,
     parse_time,
 )
-from koordlet.apis.nodemetric.wire import decode_status
 from koordlet.errors import ConfigError, ParseError
 
 __all__ = [
@@ -74,7 +73,6 @@ __all__ = [
     "PodMetricInfo",
     "ReclaimableMetric",
     "ResourceMap",
-    "decode_status",
     "format_time",
     "parse_time",
 ]
@@ -122,5 +120,5 @@ class NodeMetric:
         return cls(
             name=gojson.string(member(metadata, "name"), "metadata.name"),
             collect_policy=NodeMetricCollectPolicy.from_spec(spec) if has_policy else None,
-            status=decode_status(member(obj, "status")),
+            status=NodeMetricStatus.from_json(member(obj, "status")),
         )

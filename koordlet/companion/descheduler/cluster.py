@@ -14,11 +14,12 @@ from kubernetes import client
 
 from koordlet.apis import gojson
 from koordlet.apis.gojson import member
-from koordlet.apis.nodemetric import decode_status, parse_time
+from koordlet.apis.nodemetric import parse_time
 from koordlet.apis.pod import pod_from_json
 from koordlet.apis.quantity import int_value, milli_value
 from koordlet.companion.extender.pods import parse_pod
 from koordlet.companion.kube.client import NODEMETRIC_PLURAL, SLO_GROUP, SLO_VERSION, call_json
+from koordlet.companion.metricdecode import decode_status
 from koordlet.errors import ParseError
 
 log = logging.getLogger(__name__)

@@ -25,12 +25,11 @@ from koordlet.apis.nodemetric import (
     PodMetricInfo,
     ReclaimableMetric,
     ResourceMap,
-    decode_status,
     format_time,
     parse_time,
 )
-from koordlet.apis.nodemetric.wire import fast_status
 from koordlet.apis.quantity import format_cpu_milli, format_memory_bytes, int_value, milli_value
+from koordlet.companion.metricdecode import decode_status, fast_status
 from koordlet.errors import ConfigError, ParseError
 
 # ------------------------------------------------------------------------------------------- quantities

@@ -130,7 +130,6 @@ _AGGREGATION_BY_VALUE: Final = {kind.value: kind for kind in AggregationType}
 _FAST_DIGITS: Final = 18
 """Texts short enough for ``int()`` (as in :mod:`koordlet.apis.quantity`)."""
 _BINARY_SCALES: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_STRS: Final = {str}
 _UNUSUAL: Final = object()
 """What :func:`_amount` gives for an amount the fast path does not take."""
 
@@ -190,22 +189,34 @@ def _amount(text: str | None, milli: bool) -> Any:
 
 
 def _amounts(texts: list[str | None], milli: bool) -> list[Any] | None:
-    """The amounts of a column of quantities (None where absent); None when one does not parse.  The usual
-    columns (all ``"138m"``, all plain byte counts) are checked and converted whole."""
-    if texts and set(map(type, texts)) == _STRS:
-        strs = cast(list[str], texts)
-        joined = "".join(strs)
-        shortest = min(map(len, strs))
-        if joined.isascii() and shortest > 0 and max(map(len, strs)) <= _FAST_DIGITS:
-            if joined.isdigit():  # every text plain digits: cores or bytes
-                return list(map(mul, map(int, strs), repeat(1000))) if milli else list(map(int, strs))
-            # every text digits then one "m": n "m"s in all, each text ending with one, and digits otherwise
-            n = len(strs)
-            if (milli and shortest > 1 and joined.count("m") == n and sum(map(str.endswith, strs, repeat("m"))) == n
-                    and joined.replace("m", "").isdigit()):
-                return [int(text[:-1]) for text in strs]
+    """The amounts of a column of quantities (None where absent); None when one does not parse."""
+    if texts and None not in texts:
+        whole = _whole_column(cast(list[str], texts), milli)
+        if whole is not None:
+            return whole
     amounts = [_amount(text, milli) for text in texts]
     return None if _UNUSUAL in amounts else amounts
+
+
+def _whole_column(texts: list[str], milli: bool) -> list[int] | None:
+    """The usual columns (every CPU text ``"138m"``, or every text plain digits) checked and converted as one
+    string; None for any other column."""
+    joined = ",".join(texts)
+    suffixed = milli and joined.endswith("m")
+    if suffixed:
+        # Each "m" must end its text: n of them, all gone once "m," and the last one are cut.
+        if joined.count("m") != len(texts):
+            return None
+        joined = joined.replace("m,", ",")[:-1]
+    digits = joined.replace(",", "")
+    parts = joined.split(",")
+    if not (digits.isascii() and digits.isdigit()) or max(map(len, parts)) > _FAST_DIGITS:
+        return None
+    try:
+        values = list(map(int, parts))
+    except ValueError:  # an empty text
+        return None
+    return list(map(mul, values, repeat(1000))) if milli and not suffixed else values
 
 
 def _resource_maps(usages: list[_Usage]) -> list[ResourceMap] | None:
