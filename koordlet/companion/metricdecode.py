@@ -48,7 +48,7 @@ class _Usage(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class _Window(msgspec.Struct, forbid_unknown_fields=True):
-    usage: dict[str, _Usage] = msgspec.field(default_factory=dict)
+    usage: dict[AggregationType, _Usage] = msgspec.field(default_factory=dict)
     duration: str = ""
 
 
@@ -63,15 +63,15 @@ class _Pod(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     name: str = ""
     namespace: str = ""
     pod_usage: _Usage = msgspec.field(default_factory=_Usage)
-    priority: str = ""
-    qos: str = ""
+    priority: PriorityClass = PriorityClass.NONE
+    qos: QoSClass = QoSClass.NONE
 
 
 class _HostApp(msgspec.Struct, forbid_unknown_fields=True):
     name: str = ""
     usage: _Usage = msgspec.field(default_factory=_Usage)
-    priority: str = ""
-    qos: str = ""
+    priority: PriorityClass = PriorityClass.NONE
+    qos: QoSClass = QoSClass.NONE
 
 
 class _Resource(msgspec.Struct, forbid_unknown_fields=True):
@@ -124,9 +124,6 @@ def fast_status(document: bytes | Mapping[str, Any]) -> NodeMetricStatus | None:
 # Each returns None when a value is one the schema cannot rule out but the fast path does not take (an unknown
 # class or window, a quantity in another form): the checked decoder then has the last word.
 
-_PRIORITY_BY_VALUE: Final = {p.value: p for p in PriorityClass}
-_QOS_BY_VALUE: Final = {q.value: q for q in QoSClass}
-_AGGREGATION_BY_VALUE: Final = {kind.value: kind for kind in AggregationType}
 _FAST_DIGITS: Final = 18
 """Texts short enough for ``int()`` (as in :mod:`koordlet.apis.quantity`)."""
 _BINARY_SCALES: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -235,28 +232,18 @@ def _resource_map(usage: _Usage) -> ResourceMap | None:
     return maps[0] if maps is not None else None
 
 
-def _classes(items: list[Any]) -> tuple[list[PriorityClass], list[QoSClass]] | None:
-    """The ``priority`` and ``qos`` columns ("" is NONE); None when one is not a known class."""
-    priorities = list(map(_PRIORITY_BY_VALUE.get, map(_PRIORITY, items)))
-    qos = list(map(_QOS_BY_VALUE.get, map(_QOS, items)))
-    if None in priorities or None in qos:
-        return None
-    return priorities, qos  # type: ignore[return-value]  # None excluded just above
-
-
 def _pods(items: list[_Pod]) -> tuple[PodMetricInfo, ...] | None:
     if not items:
         return ()
-    classes = _classes(items)
     usages = _resource_maps(list(map(_POD_USAGE, items)))
-    if classes is None or usages is None:
+    if usages is None:
         return None
     pods = list(map(_new, repeat(PodMetricInfo, len(items))))
     _each(_SET_POD_NAME, pods, list(map(_NAME, items)))
     _each(_SET_POD_NAMESPACE, pods, list(map(_NAMESPACE, items)))
     _each(_SET_POD_USAGE, pods, usages)
-    _each(_SET_POD_PRIORITY, pods, classes[0])
-    _each(_SET_POD_QOS, pods, classes[1])
+    _each(_SET_POD_PRIORITY, pods, list(map(_PRIORITY, items)))
+    _each(_SET_POD_QOS, pods, list(map(_QOS, items)))
     return tuple(pods)
 
 
@@ -279,45 +266,31 @@ def _seconds(text: str) -> float | None:
     return seconds
 
 
-def _windows(node: list[_Window], system: list[_Window]) -> tuple[tuple[AggregatedUsage, ...],
-                                                                    tuple[AggregatedUsage, ...]] | None:
-    """Both window lists, their ResourceMaps converted as one column."""
-    windows = node + system
-    if not windows:
-        return (), ()
+def _node_info(wire: _NodeInfo) -> NodeMetricInfo | None:
+    """The node's and the system's usage and windows, their ResourceMaps converted as one column."""
+    windows = wire.aggregated_node_usages + wire.aggregated_system_usages
     usages = [window.usage for window in windows]
-    kinds = list(map(_AGGREGATION_BY_VALUE.get, chain.from_iterable(usages)))
-    maps = _resource_maps(list(chain.from_iterable(map(dict.values, usages))))
+    maps = _resource_maps([wire.node_usage, wire.system_usage, *chain.from_iterable(map(dict.values, usages))])
     seconds = list(map(_seconds, map(_DURATION, windows)))
-    if maps is None or None in kinds or None in seconds:
+    if maps is None or None in seconds:
         return None
     out = list(map(_new, repeat(AggregatedUsage, len(windows))))
     _each(_SET_AGG_DURATION, out, seconds)
-    at = 0
+    at = 2
     for window, usage in zip(out, usages, strict=True):
-        count = len(usage)
-        _SET_AGG_USAGE(window, dict(zip(kinds[at:at + count], maps[at:at + count], strict=True)))
-        at += count
-    return tuple(out[:len(node)]), tuple(out[len(node):])
-
-
-def _node_info(wire: _NodeInfo) -> NodeMetricInfo | None:
-    node_usage = _resource_map(wire.node_usage)
-    system_usage = _resource_map(wire.system_usage)
-    windows = _windows(wire.aggregated_node_usages, wire.aggregated_system_usages)
-    if node_usage is None or system_usage is None or windows is None:
-        return None
-    return NodeMetricInfo(node_usage, windows[0], system_usage, windows[1])
+        _SET_AGG_USAGE(window, dict(zip(usage, maps[at:at + len(usage)], strict=True)))
+        at += len(usage)
+    split = len(wire.aggregated_node_usages)
+    return NodeMetricInfo(maps[0], tuple(out[:split]), maps[1], tuple(out[split:]))
 
 
 def _host_apps(items: list[_HostApp]) -> tuple[HostApplicationMetricInfo, ...] | None:
     if not items:
         return ()
-    classes = _classes(items)
     usages = _resource_maps([item.usage for item in items])
-    if classes is None or usages is None:
+    if usages is None:
         return None
-    return tuple(map(HostApplicationMetricInfo, map(_NAME, items), usages, *classes))
+    return tuple(map(HostApplicationMetricInfo, map(_NAME, items), usages, map(_PRIORITY, items), map(_QOS, items)))
 
 
 def _status(wire: _Status) -> NodeMetricStatus | None:
