@@ -499,3 +499,43 @@ void kc_raw_close_all(int *fds, int n)
         fds[i] = -1;
     }
 }
+
+/* ---------------------------------------------------------------- metric rings */
+
+int kc_ring_append_all(double *const *rings, int n, double t, const double *values)
+{
+    int i, appended = 0;
+    for (i = 0; i < n; i++) {
+        double *ring = rings[i];
+        double value = values[i];
+        long cap, start, len, slot, pending;
+        if (value != value)
+            continue;
+        cap = (long)ring[0];
+        start = (long)ring[1];
+        len = (long)ring[2];
+        if (len) {
+            long last = start + len - 1;
+            if (last >= cap)
+                last -= cap;
+            if (t <= ring[KC_RING_HEADER + last])
+                continue;
+        }
+        if (len < cap) {
+            slot = start + len;
+            if (slot >= cap)
+                slot -= cap;
+            len++;
+            ring[2] = (double)len;
+        } else {
+            slot = start;
+            ring[1] = (double)(start + 1 < cap ? start + 1 : 0);
+        }
+        ring[KC_RING_HEADER + slot] = t;
+        ring[KC_RING_HEADER + cap + slot] = value;
+        pending = (long)ring[3] + 1;
+        ring[3] = (double)(pending < len ? pending : len);
+        appended++;
+    }
+    return appended;
+}

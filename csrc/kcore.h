@@ -13,7 +13,7 @@
 #define KOORDLET_KCORE_H
 #include <stdint.h>
 
-#define KC_ABI_VERSION 1
+#define KC_ABI_VERSION 2
 
 /* ---------------------------------------------------------------- capabilities compiled in */
 #define KC_CAP_PERF 1          /* perf_event_open(2) wrappers */
@@ -119,6 +119,15 @@ int kc_raw_open_read_close(const char **paths, int n, int64_t *bytes);
 int kc_raw_open_all(const char **paths, int n, int *fds);  /* returns how many opened; failed fds = -1 */
 int kc_raw_pread_all(const int *fds, int n, int64_t *bytes);
 void kc_raw_close_all(int *fds, int n);
+
+/* ---------------------------------------------------------------- metric rings
+ * A series' recent samples in one buffer of doubles (koordlet/metriccache/ring.py):
+ *   [capacity, start, length, pending, times[capacity], values[capacity]]
+ * the header holding whole numbers.  Appends values[i] at time t to rings[i] for every i, skipping NaN (a
+ * failed read) and a time not newer than the ring's last (a clock step back); returns how many were
+ * appended.  The caller holds the rings' lock. */
+#define KC_RING_HEADER 4
+int kc_ring_append_all(double *const *rings, int n, double t, const double *values);
 
 /* ---------------------------------------------------------------- perf_event
  * One group of events per CPU on a cgroup (cgroup_dir: a cgroup v2 directory, cpus[0..ncpus)), or one

@@ -100,9 +100,17 @@ def _describe(exc: BaseException) -> str:
     return f"{exc} ({name})" if name else str(exc)
 
 
+_WINDOW_BITS = 9
+_MEMORY_LEVEL = 1
+"""zlib's smallest window and hash: a chunk is ~500 bytes, and the default state (256 KiB set up per call) cost
+five times the compression itself, for a flush of thousands of chunks; the output is a zlib stream any reader
+decodes (the window size is in its header)."""
+
+
 def encode_chunk(times: Sequence[float], values: Sequence[float]) -> bytes:
     """Both columns as doubles, compressed; ``array('d')`` columns are packed as they are."""
-    return zlib.compress(_doubles(times).tobytes() + _doubles(values).tobytes(), 1)
+    packer = zlib.compressobj(1, zlib.DEFLATED, _WINDOW_BITS, _MEMORY_LEVEL)
+    return packer.compress(_doubles(times).tobytes() + _doubles(values).tobytes()) + packer.flush()
 
 
 def _doubles(column: Sequence[float]) -> array[float]:

@@ -2,7 +2,7 @@
 
 A collector describes, for each pod and container it wants, one file and the series that file feeds;
 :class:`PodColumns` tracks the files in the collector's file group, drops the series of pods that went,
-and keeps slot arrays and series handles in one stable order so each tick is a few C gathers and one
+and keeps slot arrays and series columns in one stable order so each tick is a few C gathers and one C
 append per series column.
 """
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from koordlet import native
 from koordlet.errors import KoordletError
 from koordlet.metriccache import Labels, MetricCache, labels_of
-from koordlet.metriccache.ring import Ring
 from koordlet.metricsadvisor.cgroupfiles import FileSpec
 from koordlet.metricsadvisor.framework import FileGroup
+from koordlet.native import RingColumn
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.layout import CgroupLayout
 
@@ -63,7 +63,7 @@ class PodColumns:
         self._series: dict[Hashable, Series] = {}
         self.keys: list[Hashable] = []
         self.slots = native.Slots([])
-        self.handles: list[list[Ring]] = [[] for _ in range(columns)]
+        self.columns: list[RingColumn] = [RingColumn([]) for _ in range(columns)]
 
     def update(self, wanted: Wanted) -> None:
         """Makes the tracked set equal ``wanted``: key -> (file, one (series, labels) per column)."""
@@ -77,7 +77,7 @@ class PodColumns:
                 self._series[key] = series
         self.keys = list(self._series)
         self.slots = native.Slots([self._files.slot((self._name, k)) for k in self.keys])
-        self.handles = [self._cache.handles([self._series[k][c] for k in self.keys]) for c in range(self._columns)]
+        self.columns = [self._cache.column([self._series[k][c] for k in self.keys]) for c in range(self._columns)]
 
     def track_owners(self, pods: Sequence[PodMeta], layout: CgroupLayout,
                      make_spec: Callable[[CgroupLayout, str], FileSpec], pod_series: str,
@@ -97,7 +97,7 @@ class PodColumns:
         return [by_key.get(k, math.nan) for k in self.keys]
 
     def append(self, column: int, t: float, values: Sequence[float]) -> None:
-        self._cache.append_handles(self.handles[column], t, values)
+        self._cache.append_column(self.columns[column], t, values)
 
 
 def spec_or_none(make: object, layout: CgroupLayout, rel_dir: str, *args: str) -> FileSpec | None:

@@ -7,8 +7,9 @@ content is :class:`~koordlet.errors.ParseError`, a missing kernel feature is
 :class:`~koordlet.errors.Unsupported`.
 
 The modules: :mod:`.core` loads the build and checks its ABI, :mod:`.files` reads and parses single
-files, :mod:`.fileset` reads batches, :mod:`.perf`, :mod:`.schedcore`, :mod:`.psi` and :mod:`.inotify`
-wrap the kernel interfaces of the same names.  Callers use the names re-exported here.
+files, :mod:`.fileset` reads batches, :mod:`.rings` appends columns of samples to the metric cache's rings,
+:mod:`.perf`, :mod:`.schedcore`, :mod:`.psi` and :mod:`.inotify` wrap the kernel interfaces of the same names.
+Callers use the names re-exported here.
 """
 
 from koordlet.native.core import (
@@ -66,6 +67,7 @@ from koordlet.native.inotify import (
 )
 from koordlet.native.perf import PerfEvent, PerfGroup, PerfReading
 from koordlet.native.psi import PsiPoll, PsiTrigger, psi_poll
+from koordlet.native.rings import RING_HEADER, RingColumn
 from koordlet.native.schedcore import (
     SchedCoreScope,
     sched_core_create,
@@ -91,6 +93,7 @@ __all__ = [
     "MAX_CPUS",
     "MAX_FILE_BYTES",
     "MAX_KEYS",
+    "RING_HEADER",
     "BatchResult",
     "CpuTimes",
     "FileSet",
@@ -107,6 +110,7 @@ __all__ = [
     "PsiPoll",
     "PsiTrigger",
     "RawOpenFiles",
+    "RingColumn",
     "SchedCoreScope",
     "Slots",
     "configure_fd_budget",

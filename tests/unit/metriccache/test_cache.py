@@ -6,12 +6,14 @@ import bisect
 import math
 import random
 import sqlite3
+from array import array
 from pathlib import Path
 
 import pytest
 
 from koordlet.metriccache import CacheSettings, MetricCache, aggregate, labels_of, percentile
 from koordlet.metriccache.ring import Ring
+from koordlet.native import RingColumn
 
 
 class Clock:
@@ -181,6 +183,37 @@ def test_ring_window_and_tail_match_a_plain_list_across_wraparounds() -> None:
         assert (times.tolist(), values.tolist()) == ring.tail(n)
         assert ring.values(start, end) == [x * 10 for x in inside]
         assert ring.mean(start, end) == (math.fsum(x * 10 for x in inside) / len(inside) if inside else None)
+
+
+def test_a_column_appended_in_c_leaves_each_ring_as_its_own_appends_do() -> None:
+    """kc_ring_append_all follows Ring.append: NaN and times not newer are skipped, the ring wraps, pending
+    stops at the length; buffers compared whole, header included, and the counts returned agree."""
+    rng = random.Random(11)
+    for _ in range(300):
+        count = rng.randint(0, 6)
+        capacities = [rng.randint(1, 5) for _ in range(count)]
+        by_python, by_c = [Ring(c) for c in capacities], [Ring(c) for c in capacities]
+        column = RingColumn([ring.buffer for ring in by_c])
+        t = 0.0
+        for _ in range(rng.randint(0, 15)):
+            t += rng.choice([-1.0, 0.0, 0.5, 1.0])  # a clock step back or a repeated time now and then
+            values = [rng.choice([math.nan, rng.uniform(-5, 5)]) for _ in range(count)]
+            expected = sum(ring.append(t, v) for ring, v in zip(by_python, values, strict=True) if v == v)
+            assert column.append(t, values) == expected
+            if rng.random() < 0.2:
+                for ring in (*by_python, *by_c):
+                    ring.pending = 0  # a flush
+        assert [r.buffer.tolist() for r in by_c] == [r.buffer.tolist() for r in by_python]
+        assert [r.pending for r in by_c] == [r.pending for r in by_python]
+
+
+def test_a_column_refuses_a_wrong_count_of_values_and_foreign_buffers() -> None:
+    column = RingColumn([Ring(2).buffer])
+    with pytest.raises(ValueError, match="1 rings"):
+        column.append(1.0, [1.0, 2.0])
+    with pytest.raises(ValueError, match="ring buffer"):
+        RingColumn([array("d", [1.0, 2.0])])
+    assert RingColumn([]).append(1.0, []) == 0
 
 
 def test_batch_queries_answer_as_one_query_per_series(tmp_path: Path) -> None:
