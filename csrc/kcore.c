@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -509,7 +510,7 @@ int kc_ring_append_all(double *const *rings, int n, double t, const double *valu
         double *ring = rings[i];
         double value = values[i];
         long cap, start, len, slot, pending;
-        if (value != value)
+        if (value != value || ring == NULL)
             continue;
         cap = (long)ring[0];
         start = (long)ring[1];
@@ -538,4 +539,23 @@ int kc_ring_append_all(double *const *rings, int n, double t, const double *valu
         appended++;
     }
     return appended;
+}
+
+void kc_ring_last_all(double *const *rings, int n, double *times, double *values)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        const double *ring = rings[i];
+        long cap, last, len;
+        if (ring == NULL || (len = (long)ring[2]) == 0) {
+            times[i] = values[i] = NAN;
+            continue;
+        }
+        cap = (long)ring[0];
+        last = (long)ring[1] + len - 1;
+        if (last >= cap)
+            last -= cap;
+        times[i] = ring[KC_RING_HEADER + last];
+        values[i] = ring[KC_RING_HEADER + cap + last];
+    }
 }

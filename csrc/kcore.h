@@ -123,11 +123,14 @@ void kc_raw_close_all(int *fds, int n);
 /* ---------------------------------------------------------------- metric rings
  * A series' recent samples in one buffer of doubles (koordlet/metriccache/ring.py):
  *   [capacity, start, length, pending, times[capacity], values[capacity]]
- * the header holding whole numbers.  Appends values[i] at time t to rings[i] for every i, skipping NaN (a
- * failed read) and a time not newer than the ring's last (a clock step back); returns how many were
- * appended.  The caller holds the rings' lock. */
+ * the header holding whole numbers.  The caller holds the rings' lock.
+ * kc_ring_append_all appends values[i] at time t to rings[i] for every i, skipping NaN (a failed read), a NULL
+ * ring, and a time not newer than the ring's last (a clock step back); returns how many were appended. */
 #define KC_RING_HEADER 4
 int kc_ring_append_all(double *const *rings, int n, double t, const double *values);
+/* The newest sample of each ring into times[i] and values[i]; NaN for an empty ring or a NULL one (a series
+ * not held). */
+void kc_ring_last_all(double *const *rings, int n, double *times, double *values);
 
 /* ---------------------------------------------------------------- perf_event
  * One group of events per CPU on a cgroup (cgroup_dir: a cgroup v2 directory, cpus[0..ncpus)), or one

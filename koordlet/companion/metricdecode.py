@@ -1,4 +1,5 @@
-"""NodeMetricStatus decoded in the exact shape koordlets send it, by msgspec, straight from the report's bytes.
+"""The companion's NodeMetricStatus decoder: msgspec reads the exact shape koordlets send, straight from a report's
+bytes (or from a NodeMetric's parsed status in the cluster).
 
 A companion decodes every node's report every interval (~100 pods and ~30 aggregated usages each).  The checked
 decoder (:meth:`NodeMetricStatus.from_json`) walks the parsed JSON a field at a time, building the field path it
@@ -12,6 +13,7 @@ status.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from itertools import chain, repeat
@@ -121,8 +123,8 @@ def fast_status(document: bytes | Mapping[str, Any]) -> NodeMetricStatus | None:
 
 # --- from the wire structs to the status ---------------------------------------------------------------------
 #
-# Each returns None when a value is one the schema cannot rule out but the fast path does not take (an unknown
-# class or window, a quantity in another form): the checked decoder then has the last word.
+# Each returns None when a value is one the schema cannot rule out but the fast path does not take (a quantity
+# that does not parse, a duration or time that does not): the checked decoder then has the last word.
 
 _FAST_DIGITS: Final = 18
 """Texts short enough for ``int()`` (as in :mod:`koordlet.apis.quantity`)."""
@@ -247,23 +249,15 @@ def _pods(items: list[_Pod]) -> tuple[PodMetricInfo, ...] | None:
     return tuple(pods)
 
 
-_DURATIONS: Final[dict[str, float]] = {}
-"""Seconds of the duration texts met so far: koordlets send the same few windows ("5m0s") in every report."""
-_MAX_DURATIONS: Final = 64
-
-
+@functools.lru_cache(maxsize=64)  # koordlets send the same few windows ("5m0s") in every report
 def _seconds(text: str) -> float | None:
+    """Seconds of a window's duration text ("" is 0); None when it does not parse."""
     if text == "":
         return 0.0
-    seconds = _DURATIONS.get(text)
-    if seconds is None:
-        try:
-            seconds = parse_duration(text)
-        except ValueError:
-            return None
-        if len(_DURATIONS) < _MAX_DURATIONS:  # bounded: a hostile node cannot grow it
-            _DURATIONS[text] = seconds
-    return seconds
+    try:
+        return parse_duration(text)
+    except ValueError:
+        return None
 
 
 def _node_info(wire: _NodeInfo) -> NodeMetricInfo | None:

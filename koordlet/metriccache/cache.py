@@ -80,6 +80,18 @@ class CacheSettings:
         return max(2, int(self.window_for(name) / interval) + 2)
 
 
+class _Lookup:
+    """The rings of a sequence of label sets, as of one generation of the cache's series."""
+
+    __slots__ = ("column", "generation", "labels", "rings")
+
+    def __init__(self, labels: Sequence[Labels], generation: int, rings: list[Ring | None]) -> None:
+        self.labels = labels
+        self.generation = generation
+        self.rings = rings
+        self.column: RingColumn | None = None
+
+
 class MetricCache:
     """Time series keyed by (metric name, labels) plus a small key/value store.
 
@@ -95,7 +107,7 @@ class MetricCache:
         self._rings: dict[tuple[str, Labels], Ring] = {}
         self._generation = 0
         """Counts the rings made and dropped: a lookup of rings made since it last moved still holds."""
-        self._lookups: dict[tuple[str, int], tuple[tuple[Labels, ...], int, list[Ring | None]]] = {}
+        self._lookups: dict[tuple[str, int], _Lookup] = {}
         """(name, id of a tuple of label sets) -> (that tuple, the generation, its rings): see :meth:`_rings_of`."""
         self.disk = DiskStore(settings.path, settings.retention_seconds, settings.max_disk_bytes)
 
@@ -125,8 +137,10 @@ class MetricCache:
     def append_many(self, samples: Iterable[tuple[str, Labels, float, float]]) -> None:
         with self._lock:
             for name, labels, t, value in samples:
-                ring = self._rings.get((name, labels)) or self._ring(name, labels, create=True)
-                assert ring is not None
+                ring = self._rings.get((name, labels))
+                if ring is None:  # not `or`: an empty ring is falsy (len 0)
+                    ring = self._ring(name, labels, create=True)
+                    assert ring is not None
                 ring.append(t, value)
 
     def handles(self, series: Sequence[tuple[str, Labels]]) -> list[Ring]:
@@ -181,25 +195,37 @@ class MetricCache:
         """:meth:`latest`'s value for each label set (None: no sample, or older than ``max_age_seconds``), under
         one lock and one clock reading: strategies ask it of every pod or container every round."""
         with self._lock:
-            lasts = [ring.last() if ring is not None else None for ring in self._rings_of(name, labels)]
+            times, values = self._column_of(name, labels).last_all()
         now = self._clock()
-        return [None if last is None or now - last[0] > max_age_seconds else last[1] for last in lasts]
+        # NaN (no sample) fails the comparison too.
+        return [value if now - t <= max_age_seconds else None for t, value in zip(times, values, strict=True)]
 
     def _rings_of(self, name: str, labels: Sequence[Labels]) -> list[Ring | None]:
-        """The ring of each series (None: not held), under the lock.  A caller asking about the same tuple of
-        label sets round after round (a strategy's pods, kept while the pod list stays) gets the lookup it
-        got last time while no ring was made or dropped since: one dict lookup for the lot."""
+        """The ring of each series (None: not held), under the lock."""
+        return self._lookup(name, labels).rings
+
+    def _column_of(self, name: str, labels: Sequence[Labels]) -> RingColumn:
+        """:meth:`_rings_of` as a column for the C core, under the lock."""
+        lookup = self._lookup(name, labels)
+        if lookup.column is None:
+            lookup.column = RingColumn([None if ring is None else ring.buffer for ring in lookup.rings])
+        return lookup.column
+
+    def _lookup(self, name: str, labels: Sequence[Labels]) -> _Lookup:
+        """A caller asking about the same tuple of label sets round after round (a strategy's pods, kept while
+        the pod list stays) gets the lookup it got last time while no ring was made or dropped since: one dict
+        lookup for the lot."""
         if type(labels) is not tuple:
-            return [self._rings.get((name, one)) for one in labels]
+            return _Lookup(labels, self._generation, [self._rings.get((name, one)) for one in labels])
         key = (name, id(labels))
         known = self._lookups.get(key)
-        if known is not None and known[0] is labels and known[1] == self._generation:
-            return known[2]
-        rings = [self._rings.get((name, one)) for one in labels]
+        if known is not None and known.labels is labels and known.generation == self._generation:
+            return known
+        lookup = _Lookup(labels, self._generation, [self._rings.get((name, one)) for one in labels])
         if len(self._lookups) >= _LOOKUPS_KEPT:
             self._lookups.clear()
-        self._lookups[key] = (labels, self._generation, rings)
-        return rings
+        self._lookups[key] = lookup
+        return lookup
 
     def window(self, name: str, labels: Labels, start: float, end: float) -> tuple[list[float], list[float]]:
         """Samples with start <= t <= end from memory, and from disk for what memory no longer holds."""

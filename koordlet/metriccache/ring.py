@@ -54,15 +54,11 @@ class Ring:
     def __len__(self) -> int:
         return int(self._b[_LEN])
 
-    def _state(self) -> tuple[array[float], int, int, int]:
-        """(buffer, capacity, start, length)."""
-        b = self._b
-        return b, self._cap, int(b[_START]), int(b[_LEN])
-
     def append(self, t: float, value: float) -> bool:
         """Adds a sample; returns False (and drops it) when it is not newer than the last one (the same rule
         as ``kc_ring_append_all``)."""
-        b, cap, s, n = self._state()
+        b, cap = self._b, self._cap
+        s, n = int(b[_START]), int(b[_LEN])
         if n:
             last = s + n - 1
             if t <= b[_H + (last - cap if last >= cap else last)]:
@@ -83,15 +79,20 @@ class Ring:
         return True
 
     def last(self) -> tuple[float, float] | None:
-        b, cap, s, n = self._state()
+        # Strategies ask it of every container every round.
+        b = self._b
+        n = int(b[_LEN])
         if not n:
             return None
-        i = (s + n - 1) % cap
+        cap = self._cap
+        i = int(b[_START]) + n - 1
+        if i >= cap:
+            i -= cap
         return b[_H + i], b[_H + cap + i]
 
     def first_time(self) -> float | None:
-        b, _, s, n = self._state()
-        return b[_H + s] if n else None
+        b = self._b
+        return b[_H + int(b[_START])] if b[_LEN] else None
 
     def window(self, start: float, end: float) -> tuple[list[float], list[float]]:
         """Samples with start <= t <= end, oldest first.  Searches the buffer in place (C bisect) and
@@ -101,7 +102,8 @@ class Ring:
     def mean(self, start: float, end: float) -> float | None:
         """The average of the values of :meth:`window` (None when it holds none), summed exactly (``fsum``)
         from the buffer without a list: strategies ask it of hundreds of series a round."""
-        b, cap, s, n = self._state()
+        b, cap = self._b, self._cap
+        s, n = int(b[_START]), int(b[_LEN])
         if s + n <= cap:
             lo = bisect_left(b, start, _H + s, _H + s + n)
             values: Sequence[float] = b[cap + lo:cap + bisect_right(b, end, lo, _H + s + n)]
@@ -111,7 +113,8 @@ class Ring:
 
     def values(self, start: float, end: float) -> list[float]:
         """The values of :meth:`window` alone: a mean over hundreds of series needs no times."""
-        b, cap, s, n = self._state()
+        b, cap = self._b, self._cap
+        s, n = int(b[_START]), int(b[_LEN])
         # Within one sorted run, sliced in place: the run [start, start + len) of a ring that has not wrapped,
         # or the newer run [0, start + len - capacity) of one that has, when the window begins in it (a window
         # of the last seconds, unless the wrap point falls within it).  Indexes below are buffer positions.
@@ -134,7 +137,8 @@ class Ring:
     def _search(self, x: float, find: Callable[..., int]) -> int:
         """``find`` (bisect_left or bisect_right) over the logical order: the times hold at most two
         sorted runs, [start, cap) and then [0, start + len - cap)."""
-        b, cap, s, n = self._state()
+        b, cap = self._b, self._cap
+        s, n = int(b[_START]), int(b[_LEN])
         if s + n <= cap:
             return int(find(b, x, _H + s, _H + s + n)) - _H - s
         i = int(find(b, x, _H + s, _H + cap)) - _H
@@ -145,7 +149,8 @@ class Ring:
     def _slice(self, lo: int, hi: int) -> tuple[list[float], list[float]]:
         if lo >= hi:
             return [], []
-        b, cap, s, _ = self._state()
+        b, cap = self._b, self._cap
+        s = int(b[_START])
         i, j = (s + lo) % cap, (s + hi) % cap or cap
         t, v = _H, _H + cap
         if i < j:
@@ -157,7 +162,8 @@ class Ring:
         """:meth:`tail` as ``array('d')`` copies: a flush hands thousands of series to disk, and a float
         object per sample (24 bytes, and made only to be packed again) would make most of its time and
         memory."""
-        b, cap, s, length = self._state()
+        b, cap = self._b, self._cap
+        s, length = int(b[_START]), int(b[_LEN])
         n = min(max(n, 0), length)
         if not n:
             return array("d"), array("d")

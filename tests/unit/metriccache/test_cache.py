@@ -207,6 +207,20 @@ def test_a_column_appended_in_c_leaves_each_ring_as_its_own_appends_do() -> None
         assert [r.pending for r in by_c] == [r.pending for r in by_python]
 
 
+def test_a_column_reads_each_rings_newest_sample_as_last_does() -> None:
+    rng = random.Random(5)
+    for _ in range(200):
+        rings = [None if rng.random() < 0.2 else Ring(rng.randint(1, 4)) for _ in range(rng.randint(0, 6))]
+        held = [ring for ring in rings if ring is not None]
+        for step in range(rng.randint(0, 9)):
+            for ring in held:
+                if rng.random() < 0.7:
+                    ring.append(float(step), rng.uniform(0, 9))
+        times, values = RingColumn([None if r is None else r.buffer for r in rings]).last_all()
+        got = [None if math.isnan(t) else (t, v) for t, v in zip(times, values, strict=True)]
+        assert got == [None if r is None else r.last() for r in rings]
+
+
 def test_a_column_refuses_a_wrong_count_of_values_and_foreign_buffers() -> None:
     column = RingColumn([Ring(2).buffer])
     with pytest.raises(ValueError, match="1 rings"):
