@@ -10,8 +10,12 @@ scratch disk in ``KOORDLET_VM_DISK``, then runs pytest and writes ``junit.xml``,
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import platform
+import select
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +24,12 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 TMP_MOUNT = Path("/run/koordlet-vm-tmp")
+PYTEST_TIMEOUT_SECONDS = 600
+# Longer than pytest's per-test timeout, so that a test that merely hangs in Python is failed by pytest and
+# the suite goes on; only a run that stays silent past it is stuck where pytest cannot act.
+STALL_SECONDS = PYTEST_TIMEOUT_SECONDS + 120
+STALLED_EXIT = 124
+SYSRQ = Path("/proc/sysrq-trigger")
 
 
 class GuestError(RuntimeError):
@@ -57,19 +67,114 @@ def find_disk(size_bytes: int, sys_block: Path = Path("/sys/block")) -> str:
     raise GuestError(f"no block device of {size_bytes} bytes in {sys_block} (have: {', '.join(seen) or 'none'})")
 
 
-def run_logged(cmd: Sequence[str], env: dict[str, str], log: Path) -> int:
+def run_logged(cmd: Sequence[str], env: dict[str, str], log: Path, stall_seconds: float = STALL_SECONDS,
+               report: Path | None = None, sysrq: Path | None = SYSRQ) -> int:
     """Runs ``cmd`` with its output on the console and in ``log``: the console can lose output (a test's
-    terminal program may take it over), the file is what the host reads the summary from."""
+    terminal program may take it over), the file is what the host reads the summary from.
+
+    Output is copied as it comes, partial lines included, so the log names the test that is running.  When
+    nothing comes for ``stall_seconds`` the run is stuck below pytest's own timeout (a task in the kernel,
+    a signal that is never handled): the state of every process of the run goes to ``report`` and the
+    console, then the run is killed and the exit code says so."""
     with open(log, "wb") as out, subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True,
     ) as proc:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            out.write(line)
-            out.flush()
-            sys.stdout.buffer.write(line)
-            sys.stdout.flush()
-        return proc.wait()
+        fd = proc.stdout.fileno()
+        last_output = time.monotonic()
+        stalled = False
+        while True:
+            ready, _, _ = select.select([fd], [], [], min(5.0, stall_seconds / 4))
+            chunk = os.read(fd, 65536) if ready else b""
+            if chunk:
+                last_output = time.monotonic()
+                out.write(chunk)
+                out.flush()
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+            elif ready:  # end of output: pytest and everything holding its pipe are gone
+                code = proc.wait()
+                return STALLED_EXIT if stalled else code
+            elif not stalled and time.monotonic() - last_output > stall_seconds:
+                stalled = True
+                text = stall_report(proc.pid, stall_seconds, sysrq)
+                out.write(text.encode())
+                out.flush()
+                sys.stdout.write(text)
+                sys.stdout.flush()
+                if report is not None:
+                    report.write_text(text)
+                abort_then_kill(proc)
+                last_output = time.monotonic()
+            if stalled and proc.poll() is not None and time.monotonic() - last_output > 2.0:
+                return STALLED_EXIT  # a test's daemon of its own session may still hold the pipe
+
+
+def descendants(root: int, proc_dir: Path = Path("/proc")) -> list[int]:
+    """``root`` and every process below it, parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in proc_dir.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, queue = [], [root]
+    while queue:
+        pid = queue.pop(0)
+        found.append(pid)
+        queue.extend(sorted(children.get(pid, [])))
+    return found
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError as exc:
+        return f"<{exc.strerror}>"
+
+
+def stall_report(root: int, stall_seconds: float, sysrq: Path | None = SYSRQ, proc_dir: Path = Path("/proc")) -> str:
+    """Where each process and thread of the run waits (state, wchan, kernel stack), and, with ``sysrq``,
+    the kernel's list of blocked tasks (sysrq w) from its log."""
+    lines = [f"\n===== v2 guest: no output for {stall_seconds:.0f} s; state of the run's processes =====\n"]
+    for pid in descendants(root, proc_dir):
+        base = proc_dir / str(pid)
+        cmdline = _read(base / "cmdline").replace("\0", " ")[:300]
+        lines.append(f"--- pid {pid}: {cmdline}\n")
+        tasks = sorted((base / "task").iterdir(), key=lambda t: int(t.name)) if (base / "task").is_dir() else []
+        for task in tasks:
+            state = next((ln for ln in _read(task / "status").splitlines() if ln.startswith("State:")), "State: ?")
+            lines.append(f"  task {task.name} {_read(task / 'comm')} {state.split(':', 1)[1].strip()} "
+                         f"wchan={_read(task / 'wchan')}\n")
+            stack = _read(task / "stack")
+            if stack:
+                lines.extend(f"      {frame}\n" for frame in stack.splitlines())
+    if sysrq is None:
+        return "".join(lines)
+    try:
+        sysrq.write_text("w")
+        kernel_log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=30).stdout
+        lines.append("--- kernel log, last 150 lines (sysrq w: blocked tasks)\n")
+        lines.extend(f"{ln}\n" for ln in kernel_log.splitlines()[-150:])
+    except (OSError, subprocess.SubprocessError) as exc:
+        lines.append(f"--- no kernel log: {exc}\n")
+    return "".join(lines)
+
+
+def abort_then_kill(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+    """SIGABRT first: pytest's faulthandler prints every thread's Python stack into the log; then the
+    whole process group goes."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGABRT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -91,11 +196,12 @@ def main(argv: Sequence[str]) -> int:
     if not any(not a.startswith("-") and a.split("::")[0].startswith("tests") for a in pytest_args):
         pytest_args.append("tests/integration")
     cmd = [
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "cgroupv2", "--timeout=600",
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "cgroupv2", "-v",
+        f"--timeout={PYTEST_TIMEOUT_SECONDS}",
         f"--junitxml={results / 'junit.xml'}", *pytest_args,
     ]
     started = time.monotonic()
-    code = run_logged(cmd, env, results / "pytest.log")
+    code = run_logged(cmd, env, results / "pytest.log", report=results / "stalled")
     facts["suite_seconds"] = round(time.monotonic() - started)
     (results / "facts.json").write_text(json.dumps(facts))
     (results / "exitcode").write_text(str(code))

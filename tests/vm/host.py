@@ -223,6 +223,9 @@ def collect(results_dir: Path, vng_code: int) -> Results:
             "qemu, the kernel's virtio modules or the initramfs (busybox) are the usual causes"
         )
     facts = json.loads(started.read_text())
+    stalled = results_dir / "stalled"
+    if stalled.exists():
+        raise VMError(f"the guest's pytest stalled and was killed; where its processes waited:\n{stalled.read_text()}")
     code_file = results_dir / "exitcode"
     if not code_file.exists():
         raise VMError(f"the guest's pytest did not finish (virtme-ng exit {vng_code}): see the console output above")

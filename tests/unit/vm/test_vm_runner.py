@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,34 @@ def test_a_timed_out_guest_leaves_no_process_behind(tmp_path: Path) -> None:
         return state == "Z"  # killed, waiting for its new parent to reap it
 
     wait_until(f"the grandchild {grandchild} to be killed", gone, timeout=5)
+
+
+def test_a_silent_run_is_reported_where_it_waits_then_killed(tmp_path: Path) -> None:
+    # The guest hung three times under TCG with no word from pytest's own timeout: the watchdog must name the
+    # running test (partial lines are copied) and leave every process's state and Python stack behind.
+    script = "import time; print('tests/x.py::test_stuck ', end='', flush=True); time.sleep(120)"
+    log, report = tmp_path / "pytest.log", tmp_path / "stalled"
+    code = guest.run_logged([sys.executable, "-X", "faulthandler", "-c", script], {}, log, stall_seconds=1.0,
+                            report=report, sysrq=None)
+    assert code == guest.STALLED_EXIT
+    text = log.read_text()
+    assert text.startswith("tests/x.py::test_stuck ")
+    assert "no output for 1 s" in report.read_text()
+    assert "time.sleep(120)" in report.read_text() or "-X faulthandler -c" in report.read_text()
+    assert "wchan=" in report.read_text()
+    assert 'File "<string>", line 1 in <module>' in text  # faulthandler's dump after SIGABRT
+
+
+def test_a_run_that_ends_returns_its_own_code(tmp_path: Path) -> None:
+    code = guest.run_logged([sys.executable, "-c", "print('a'); print('b', end=''); raise SystemExit(3)"], {},
+                            tmp_path / "pytest.log", stall_seconds=30.0, sysrq=None)
+    assert code == 3
+    assert (tmp_path / "pytest.log").read_text() == "a\nb"
+
+
+def test_a_stalled_guest_is_an_error_with_the_report(tmp_path: Path) -> None:
+    (tmp_path / "facts.json").write_text(json.dumps({"kernel": "6.1"}))
+    (tmp_path / "exitcode").write_text(str(guest.STALLED_EXIT))
+    (tmp_path / "stalled").write_text("--- pid 7: pytest\n  task 7 python D (disk sleep) wchan=p9_client_rpc\n")
+    with pytest.raises(host.VMError, match=r"stalled and was killed(.|\n)*wchan=p9_client_rpc"):
+        host.collect(tmp_path, 0)
