@@ -4,8 +4,9 @@ Run by :mod:`tests.vm.host` as ``python -m tests.vm.guest RESULTS_DIR [pytest ar
 It enables every controller the kernel offers in the root's ``cgroup.subtree_control`` (a pure v2 node
 under systemd has cpu, cpuset, io, memory and pids enabled there), gives the tests a tmpfs as TMPDIR
 (the guest's /tmp is an overlay, and containerd's overlayfs snapshotter cannot stack on one), names the
-scratch disk in ``KOORDLET_VM_DISK``, then runs pytest and writes ``junit.xml``, ``exitcode`` and
-``facts.json`` into RESULTS_DIR (a ``--rwdir`` shared with the host).
+scratch disk in ``KOORDLET_VM_DISK``, then runs pytest and writes ``junit.xml``, ``pytest.log``,
+``exitcode`` and ``facts.json`` into RESULTS_DIR (a ``--rwdir`` shared with the host).  A run that goes silent
+past pytest's own timeout is stopped with a report of where each of its processes waits (``stalled``).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import json
 import os
 import platform
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +32,7 @@ PYTEST_TIMEOUT_SECONDS = 600
 # the suite goes on; only a run that stays silent past it is stuck where pytest cannot act.
 STALL_SECONDS = PYTEST_TIMEOUT_SECONDS + 120
 STALLED_EXIT = 124
+KILL_GRACE_SECONDS = 90.0
 SYSRQ = Path("/proc/sysrq-trigger")
 
 
@@ -107,8 +111,11 @@ def run_logged(cmd: Sequence[str], env: dict[str, str], log: Path, stall_seconds
                     report.write_text(text)
                 abort_then_kill(proc)
                 last_output = time.monotonic()
-            if stalled and proc.poll() is not None and time.monotonic() - last_output > 2.0:
-                return STALLED_EXIT  # a test's daemon of its own session may still hold the pipe
+            if stalled and ((proc.poll() is not None and time.monotonic() - last_output > 2.0)
+                            or time.monotonic() - last_output > KILL_GRACE_SECONDS):
+                # A test's daemon of its own session may still hold the pipe; a task in uninterruptible
+                # sleep outlives SIGKILL: neither may keep the run from reporting.
+                return STALLED_EXIT
 
 
 def descendants(root: int, proc_dir: Path = Path("/proc")) -> list[int]:
@@ -187,6 +194,9 @@ def main(argv: Sequence[str]) -> int:
         "controllers": " ".join(enable_controllers()),
     }
     env["TMPDIR"] = str(mount_tmp())
+    # The run writes its log and junit file here and copies them to RESULTS_DIR at the end: RESULTS_DIR is a 9p
+    # share, and a write that blocks there must not stop the log (or the stall watchdog that reads it).
+    local = Path(tempfile.mkdtemp(prefix="koordlet-vm-results-", dir=env["TMPDIR"]))
     disk_bytes = int(env.get("KOORDLET_VM_DISK_BYTES", "0"))
     if disk_bytes:
         env["KOORDLET_VM_DISK"] = facts["disk"] = find_disk(disk_bytes)
@@ -198,11 +208,14 @@ def main(argv: Sequence[str]) -> int:
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "cgroupv2", "-v",
         f"--timeout={PYTEST_TIMEOUT_SECONDS}",
-        f"--junitxml={results / 'junit.xml'}", *pytest_args,
+        f"--junitxml={local / 'junit.xml'}", *pytest_args,
     ]
     started = time.monotonic()
-    code = run_logged(cmd, env, results / "pytest.log", report=results / "stalled")
+    code = run_logged(cmd, env, local / "pytest.log", report=local / "stalled")
     facts["suite_seconds"] = round(time.monotonic() - started)
+    for name in ("pytest.log", "junit.xml", "stalled"):
+        if (local / name).exists():
+            shutil.copyfile(local / name, results / name)
     (results / "facts.json").write_text(json.dumps(facts))
     (results / "exitcode").write_text(str(code))
     return code
