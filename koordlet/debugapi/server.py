@@ -168,7 +168,7 @@ class DebugServer(LimitedHTTPServer):
 
         def serve() -> None:
             try:
-                self.serve_forever(poll_interval=0.2)
+                self.serve_forever()
             except BaseException as exc:
                 on_failure(exc)
 
@@ -178,7 +178,7 @@ class DebugServer(LimitedHTTPServer):
 
     def stop(self, timeout_seconds: float) -> None:
         if self._thread is not None:
-            self.shutdown()  # returns once serve_forever has seen the request (within poll_interval)
+            self.shutdown()  # wakes serve_forever and waits for it to return
             self._thread.join(timeout_seconds)
             self._thread = None
         self.server_close()

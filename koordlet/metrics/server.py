@@ -29,8 +29,6 @@ from koordlet.system.httpserver import LimitedHTTPServer, LimitedRequestHandler,
 
 DEFAULT_ADDR: Final = ":9316"
 PATH_HEALTHZ: Final = "/healthz"
-POLL_INTERVAL_SECONDS: Final = 0.2
-"""How often the serving loop checks for a stop request: bounds how long :meth:`MetricsServer.stop` waits."""
 DEFAULT_LIMITS: Final = ServerLimits(max_connections=16, idle_timeout_seconds=30.0, header_timeout_seconds=10.0,
                                      body_timeout_seconds=10.0, write_timeout_seconds=30.0, max_body_bytes=0)
 """A few scrapers at a time (Prometheus scrapes over one connection at a time per target); a scrape's
@@ -142,7 +140,7 @@ class MetricsServer:
 
         def serve() -> None:
             try:
-                server.serve_forever(poll_interval=POLL_INTERVAL_SECONDS)
+                server.serve_forever()
             except BaseException as exc:
                 if on_failure is None:
                     raise
@@ -157,7 +155,6 @@ class MetricsServer:
         server, thread = self._server, self._thread
         if server is None:
             return
-        # shutdown() waits for the loop, which notices within POLL_INTERVAL_SECONDS.
         server.shutdown()
         server.server_close()
         if thread is not None:

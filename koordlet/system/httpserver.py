@@ -18,12 +18,18 @@ each, forever.  :class:`LimitedHTTPServer` bounds both:
   otherwise.
 
 Header lines and counts are bounded by ``http.server`` itself (64 KiB per line, 100 headers: ``431``).
+
+Its serving loop sleeps until a connection arrives or :meth:`LimitedHTTPServer.shutdown` wakes it: socketserver's
+own loop wakes every ``poll_interval`` to look for a stop request, which on an idle node agent is most of the
+serving thread's cost.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import selectors
 import socket
 import threading
 import time
@@ -123,6 +129,8 @@ class LimitedHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True  # a connection in flight must not hold up shutdown
     request_queue_size = 128  # excess connections are refused by answer, not left in the backlog
+    timeout = 1.0
+    """How long ``handle_request`` waits when the connection that woke the loop is gone before it is accepted."""
 
     def __init__(self, server_address: Any, handler_class: type[LimitedRequestHandler],
                  limits: ServerLimits | None = None, bind_and_activate: bool = True) -> None:
@@ -133,7 +141,49 @@ class LimitedHTTPServer(ThreadingHTTPServer):
         """Connections answered 503 because ``max_connections`` were being served."""
         bound = self.limits.max_active_requests
         self.request_slots = threading.BoundedSemaphore(bound) if bound is not None else None
+        self._stop_requested = False
+        self._stopped = threading.Event()
+        self._stopped.set()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         super().__init__(server_address, handler_class, bind_and_activate)
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Serves until :meth:`shutdown`, asleep in between (``poll_interval`` is socketserver's, unused)."""
+        self._stopped.clear()
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self.fileno(), selectors.EVENT_READ)
+                selector.register(self._wake_r, selectors.EVENT_READ)
+                while not self._stop_requested:
+                    ready = selector.select()
+                    if self._stop_requested:
+                        break
+                    if any(key.fd == self.fileno() for key, _ in ready):
+                        self.handle_request()
+                    self.service_actions()
+        finally:
+            self._stop_requested = False
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._wake_r, 64):  # until empty (BlockingIOError): the pipe never ends
+                    pass
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stops :meth:`serve_forever` and waits for it to return; when it is not serving (yet), the next
+        call returns at once."""
+        self._stop_requested = True
+        with contextlib.suppress(OSError):  # a full pipe is already a wake-up; a closed server has no loop
+            os.write(self._wake_w, b"x")
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        super().server_close()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
 
     @property
     def active_connections(self) -> int:

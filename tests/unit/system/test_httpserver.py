@@ -66,7 +66,7 @@ class EchoServer(LimitedHTTPServer):
 @pytest.fixture
 def server() -> Iterator[EchoServer]:
     server = EchoServer()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield server
@@ -189,3 +189,46 @@ def test_connections_over_the_cap_are_answered_503(server: EchoServer) -> None:
         for sock in idle:
             sock.close()
     wait_until("the connections to be released", lambda: server.active_connections == 0)
+
+
+class CountingServer(EchoServer):
+    """Counts the serving loop's turns: socketserver's loop turns every ``poll_interval`` (and calls
+    ``service_actions``) whether or not anything arrived."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        super().__init__()
+
+    def service_actions(self) -> None:
+        self.turns += 1
+
+
+def test_an_idle_server_sleeps_until_a_connection_or_shutdown() -> None:
+    server = CountingServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        stopped = threading.Event()
+        stopped.wait(1.2)  # idle: socketserver's loop would have turned twice at its 0.5 s default
+        assert server.turns == 0
+        with connect(server) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, document, _ = read_answer(sock)
+        assert (status, document["ok"]) == (200, True)
+        assert server.turns == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def test_shutdown_before_serving_stops_the_loop_that_starts_later() -> None:
+    server = EchoServer()
+    server.shutdown()  # returns at once: nothing is serving
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    thread.join(timeout=5)
+    server.server_close()
+    assert not thread.is_alive()
+    server.shutdown()  # after close: nothing to wake, no error
