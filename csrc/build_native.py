@@ -12,7 +12,7 @@ import re
 from cffi import FFI
 
 HERE = pathlib.Path(__file__).resolve().parent
-SOURCES = ["kcore.c", "kcore_parse.c", "kcore_sys.c"]
+SOURCES = ["kcore.c", "kcore_chunk.c", "kcore_parse.c", "kcore_sys.c"]
 # Lines cffi's cdef parser cannot take: the include guard and #include.  Integer #defines stay (cffi
 # exposes them as constants).
 _SKIP = re.compile(r"^\s*#\s*(ifndef|endif|include|define\s+KOORDLET_KCORE_H)\b")

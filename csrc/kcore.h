@@ -13,7 +13,7 @@
 #define KOORDLET_KCORE_H
 #include <stdint.h>
 
-#define KC_ABI_VERSION 2
+#define KC_ABI_VERSION 3
 
 /* ---------------------------------------------------------------- capabilities compiled in */
 #define KC_CAP_PERF 1          /* perf_event_open(2) wrappers */
@@ -131,6 +131,24 @@ int kc_ring_append_all(double *const *rings, int n, double t, const double *valu
 /* The newest sample of each ring into times[i] and values[i]; NaN for an empty ring or a NULL one (a series
  * not held). */
 void kc_ring_last_all(double *const *rings, int n, double *times, double *values);
+
+/* ---------------------------------------------------------------- history chunks (kcore_chunk.c)
+ * One series' samples as the metric store writes them: the byte KC_CHUNK_XOR, then the times and the values,
+ * each column XOR-encoded against a prediction, then a hash of those (the format is described in kcore_chunk.c).  kc_chunk_bound is
+ * the most bytes a chunk of n samples takes; kc_chunk_encode writes one and returns its length;
+ * kc_chunk_decode reads one of n samples, returning 0, or -1 when blob is not exactly such a chunk. */
+#define KC_CHUNK_XOR 1
+long kc_chunk_bound(long n);
+long kc_chunk_encode(const double *times, const double *values, long n, unsigned char *out);
+int kc_chunk_decode(const unsigned char *blob, long len, long n, double *times, double *values);
+/* The samples of each ring not yet on disk (its pending count), encoded as a chunk each, one after another
+ * into out, which holds kc_ring_pending_bound(rings, n) bytes: ring i's chunk is out[offsets[i]:offsets[i+1]]
+ * of counts[i] samples (0: nothing pending, no bytes), from time t0[i] to t1[i] (NaN when none); each encoded
+ * ring's pending count is reset to 0.  offsets holds n + 1 entries.  Returns the bytes written, -1 when out
+ * of memory (nothing reset). */
+long kc_ring_pending_bound(double *const *rings, int n);
+long kc_ring_encode_pending(double *const *rings, int n, unsigned char *out, long *offsets, long *counts,
+                            double *t0, double *t1);
 
 /* ---------------------------------------------------------------- perf_event
  * One group of events per CPU on a cgroup (cgroup_dir: a cgroup v2 directory, cpus[0..ncpus)), or one

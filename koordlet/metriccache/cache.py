@@ -15,7 +15,7 @@ from typing import Any
 from koordlet.metriccache.aggregate import Aggregate, aggregate
 from koordlet.metriccache.disk import DiskStore
 from koordlet.metriccache.ring import Ring
-from koordlet.native import RingColumn
+from koordlet.native import RingColumn, encode_pending
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,9 @@ def pod_labels(uid: str) -> Labels:
     return (("pod", uid),)
 
 
+@functools.lru_cache(maxsize=32768)
 def series_key(name: str, labels: Labels) -> str:
+    """The store's name of a series (a flush names each of thousands of series)."""
     inner = ",".join(f'{k}="{v}"' for k, v in labels)
     return f"{name}{{{inner}}}"
 
@@ -276,23 +278,21 @@ class MetricCache:
     # ------------------------------------------------------------------------------------- disk
 
     def flush(self) -> int:
-        """Writes samples not yet on disk; returns how many series were written."""
+        """Writes samples not yet on disk; returns how many series were written.  Volatile series never go to
+        disk (their pending counts are left alone: nothing reads them)."""
         with self._lock:
-            chunks = []
             volatile = self.settings.volatile
-            for (name, labels), ring in self._rings.items():
-                if ring.pending and name not in volatile:
-                    chunks.append((series_key(name, labels), *ring.tail_arrays(ring.pending)))
-                ring.pending = 0
+            held = [(key, ring) for key, ring in self._rings.items() if ring.pending and key[0] not in volatile]
+            encoded = encode_pending([ring.buffer for _, ring in held])
+        rows = [(series_key(*key), encoded.first[i], encoded.last[i], encoded.counts[i], encoded.chunk(i))
+                for i, (key, _) in enumerate(held)]
         try:
-            return self.disk.write(chunks)
+            return self.disk.write_rows(rows)
         except Exception:
             # Put the samples back in line for the next flush rather than losing them.
             with self._lock:
-                for key, times, _ in chunks:
-                    for (name, labels), ring in self._rings.items():
-                        if series_key(name, labels) == key:
-                            ring.pending = min(len(ring), ring.pending + len(times))
+                for i, (_, ring) in enumerate(held):
+                    ring.pending = min(len(ring), ring.pending + encoded.counts[i])
             raise
 
     def prune(self) -> int:

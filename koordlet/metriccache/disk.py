@@ -1,6 +1,6 @@
 """SQLite storage for series history and a small key/value store.
 
-Samples are written in chunks, one row per series per flush (zlib-compressed float64 times and values),
+Samples are written in chunks, one row per series per flush (:mod:`koordlet.native.chunks`' encoding),
 so a node with 1,000 containers writes a few dozen rows a second instead of thousands.  History is
 bounded by age and by bytes in use; the oldest chunks go first.
 
@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from koordlet import native
 from koordlet.streaklog import Streak
 
 log = logging.getLogger(__name__)
@@ -100,29 +101,22 @@ def _describe(exc: BaseException) -> str:
     return f"{exc} ({name})" if name else str(exc)
 
 
-_WINDOW_BITS = 9
-_MEMORY_LEVEL = 1
-"""zlib's smallest window and hash: a chunk is ~500 bytes, and the default state (256 KiB set up per call) cost
-five times the compression itself, for a flush of thousands of chunks; the output is a zlib stream any reader
-decodes (the window size is in its header)."""
-
-
-def encode_chunk(times: Sequence[float], values: Sequence[float]) -> bytes:
-    """Both columns as doubles, compressed; ``array('d')`` columns are packed as they are."""
-    packer = zlib.compressobj(1, zlib.DEFLATED, _WINDOW_BITS, _MEMORY_LEVEL)
-    return packer.compress(_doubles(times).tobytes() + _doubles(values).tobytes()) + packer.flush()
-
-
-def _doubles(column: Sequence[float]) -> array[float]:
-    return column if isinstance(column, array) and column.typecode == "d" else array("d", column)
-
-
-def decode_chunk(blob: bytes, n: int) -> tuple[list[float], list[float]]:
+def decode_chunk(blob: bytes, n: int) -> tuple[Sequence[float], Sequence[float]]:
+    """A chunk's times and values: the C core's format, or zlib-compressed doubles (stores written before it)."""
+    if blob[:1] == bytes((native.CHUNK_XOR,)):
+        return native.decode_chunk(blob, n)
     raw = array("d")
     raw.frombytes(zlib.decompress(blob))
     if len(raw) != 2 * n:
         raise ValueError(f"chunk holds {len(raw)} numbers, expected {2 * n}")
-    return raw[:n].tolist(), raw[n:].tolist()
+    return raw[:n], raw[n:]
+
+
+_KEYS_PER_SELECT: Final = 500
+"""Below SQLite's limit of host parameters in one statement (999 in older builds)."""
+
+Row = tuple[str, float, float, int, bytes]
+"""A chunk as stored: series key, first and last time, sample count, the encoded samples."""
 
 
 class DiskStore:
@@ -269,36 +263,45 @@ class DiskStore:
 
     # -------------------------------------------------------------------------------------- series
 
-    def _series_id(self, key: str, added: list[str]) -> int:
-        series_id = self._series_ids.get(key)
-        if series_id is None:
-            # OR IGNORE: a row whose id a failed statement kept from this map is found instead of refused.
-            self._db.execute("INSERT OR IGNORE INTO series (key) VALUES (?)", (key,))
-            series_id = int(self._db.execute("SELECT id FROM series WHERE key=?", (key,)).fetchone()[0])
-            self._series_ids[key] = series_id
-            added.append(key)
-        return series_id
+    def _register(self, keys: Iterable[str], added: list[str]) -> None:
+        """Gives every key of ``keys`` not known yet its id, in a few statements (a start flushes thousands)."""
+        new = [key for key in dict.fromkeys(keys) if key not in self._series_ids]
+        if not new:
+            return
+        # OR IGNORE: a row whose id a failed statement kept from this map is found instead of refused.
+        self._db.executemany("INSERT OR IGNORE INTO series (key) VALUES (?)", [(key,) for key in new])
+        for i in range(0, len(new), _KEYS_PER_SELECT):
+            part = new[i:i + _KEYS_PER_SELECT]
+            marks = ",".join("?" * len(part))
+            for series_id, key in self._db.execute(f"SELECT id, key FROM series WHERE key IN ({marks})", part):
+                self._series_ids[key] = int(series_id)
+                added.append(key)
 
     def write(self, chunks: Iterable[tuple[str, Sequence[float], Sequence[float]]]) -> int:
         """Writes (series key, times, values) chunks in one transaction; returns how many rows (0 when the
         write failed and was dropped)."""
-        todo = [(key, times, values) for key, times, values in chunks if times]
-        if not todo:
+        return self.write_rows([(key, times[0], times[-1], len(times), native.encode_chunk(times, values))
+                                for key, times, values in chunks if len(times)])
+
+    def write_rows(self, rows: Sequence[Row]) -> int:
+        """Writes encoded chunks in one transaction; returns how many (0 when the write failed and was dropped)."""
+        if not rows:
             return 0
         added: list[str] = []
         with self._lock:
             try:
                 self._db.execute("BEGIN")
-                rows = [(self._series_id(key, added), times[0], times[-1], len(times), encode_chunk(times, values))
-                        for key, times, values in todo]
-                self._db.executemany("INSERT INTO chunks VALUES (?, ?, ?, ?, ?)", rows)
+                self._register((row[0] for row in rows), added)
+                ids = self._series_ids
+                self._db.executemany("INSERT INTO chunks VALUES (?, ?, ?, ?, ?)",
+                                     [(ids[key], t0, t1, n, blob) for key, t0, t1, n, blob in rows])
                 self._db.execute("COMMIT")
             except BaseException as exc:
                 self._rollback()
                 for key in added:  # ids handed out in the rolled-back transaction do not exist
                     self._series_ids.pop(key, None)
                 self._fault(exc, "writing history")
-                self.dropped_chunks += len(todo)
+                self.dropped_chunks += len(rows)
                 return 0
             self._written()
         return len(rows)

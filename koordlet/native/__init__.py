@@ -8,10 +8,12 @@ content is :class:`~koordlet.errors.ParseError`, a missing kernel feature is
 
 The modules: :mod:`.core` loads the build and checks its ABI, :mod:`.files` reads and parses single
 files, :mod:`.fileset` reads batches, :mod:`.rings` appends columns of samples to the metric cache's rings,
+:mod:`.chunks` encodes them for disk,
 :mod:`.perf`, :mod:`.schedcore`, :mod:`.psi` and :mod:`.inotify` wrap the kernel interfaces of the same names.
 Callers use the names re-exported here.
 """
 
+from koordlet.native.chunks import CHUNK_XOR, PendingChunks, decode_chunk, encode_chunk, encode_pending
 from koordlet.native.core import (
     ABI_VERSION,
     BUILD_INFO,
@@ -79,6 +81,7 @@ from koordlet.native.schedcore import (
 __all__ = [
     "ABI_VERSION",
     "BUILD_INFO",
+    "CHUNK_XOR",
     "HAS_PERF",
     "HAS_PSI_TRIGGER",
     "HAS_SCHED_CORE",
@@ -101,6 +104,7 @@ __all__ = [
     "Inotify",
     "InotifyEvent",
     "Kind",
+    "PendingChunks",
     "PerfEvent",
     "PerfGroup",
     "PerfReading",
@@ -114,6 +118,9 @@ __all__ = [
     "SchedCoreScope",
     "Slots",
     "configure_fd_budget",
+    "decode_chunk",
+    "encode_chunk",
+    "encode_pending",
     "kept_fds",
     "parse",
     "parse_inotify_events",

@@ -23,7 +23,7 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "or `pip install -e .` in a checkout)"
     ) from exc
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 if lib.kc_abi_version() != ABI_VERSION:
     raise NativeBuildMismatch(
         f"koordlet._native has ABI {lib.kc_abi_version()}, this wrapper expects {ABI_VERSION}: rebuild it"

@@ -141,7 +141,7 @@ class LimitedHTTPServer(ThreadingHTTPServer):
         """Connections answered 503 because ``max_connections`` were being served."""
         bound = self.limits.max_active_requests
         self.request_slots = threading.BoundedSemaphore(bound) if bound is not None else None
-        self._stop_requested = False
+        self._stop_requested = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
         self._wake_r, self._wake_w = os.pipe()
@@ -156,15 +156,15 @@ class LimitedHTTPServer(ThreadingHTTPServer):
             with selectors.DefaultSelector() as selector:
                 selector.register(self.fileno(), selectors.EVENT_READ)
                 selector.register(self._wake_r, selectors.EVENT_READ)
-                while not self._stop_requested:
+                while not self._stop_requested.is_set():
                     ready = selector.select()
-                    if self._stop_requested:
+                    if self._stop_requested.is_set():
                         break
                     if any(key.fd == self.fileno() for key, _ in ready):
                         self.handle_request()
                     self.service_actions()
         finally:
-            self._stop_requested = False
+            self._stop_requested.clear()
             with contextlib.suppress(BlockingIOError):
                 while os.read(self._wake_r, 64):  # until empty (BlockingIOError): the pipe never ends
                     pass
@@ -173,7 +173,7 @@ class LimitedHTTPServer(ThreadingHTTPServer):
     def shutdown(self) -> None:
         """Stops :meth:`serve_forever` and waits for it to return; when it is not serving (yet), the next
         call returns at once."""
-        self._stop_requested = True
+        self._stop_requested.set()
         with contextlib.suppress(OSError):  # a full pipe is already a wake-up; a closed server has no loop
             os.write(self._wake_w, b"x")
         self._stopped.wait()

@@ -6,6 +6,7 @@ import bisect
 import math
 import random
 import sqlite3
+import zlib
 from array import array
 from pathlib import Path
 
@@ -160,6 +161,20 @@ def test_damaged_chunk_is_skipped(tmp_path: Path) -> None:
     cache.append("pod_cpu", labels, clock.now, 2.0)
     cache.flush()
     assert cache.disk.read('pod_cpu{pod="a"}', 0, clock.now)[1] == [2.0]
+
+
+def test_history_written_before_the_xor_chunks_still_reads(tmp_path: Path) -> None:
+    # Stores of earlier releases hold zlib streams of the times' and values' doubles; an upgrade keeps them.
+    clock = Clock()
+    cache = make(tmp_path, clock, default_window_seconds=5.0)
+    old_t, old_v = [clock.now - 20.0, clock.now - 19.0], [1.5, 2.5]
+    packer = zlib.compressobj(1, zlib.DEFLATED, 9, 1)
+    blob = packer.compress(array("d", old_t + old_v).tobytes()) + packer.flush()
+    assert cache.disk.write_rows([('pod_cpu{pod="a"}', old_t[0], old_t[-1], 2, blob)]) == 1
+    cache.append("pod_cpu", labels_of(pod="a"), clock.now, 3.5)
+    cache.flush()
+    assert cache.disk.read('pod_cpu{pod="a"}', 0, clock.now) == ([*old_t, clock.now], [1.5, 2.5, 3.5])
+    cache.close()
 
 
 def test_ring_window_and_tail_match_a_plain_list_across_wraparounds() -> None:

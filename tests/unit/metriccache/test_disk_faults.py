@@ -121,7 +121,7 @@ def test_damage_found_while_running_moves_the_file_aside_and_the_store_goes_on(
     path = tmp_path / "metrics.db"
     store = DiskStore(path, 1e9, 1 << 30)
     try:
-        fill(store, series=40, rounds=150)  # several MB: more than the store's 2 MB page cache
+        fill(store, series=40, rounds=250)  # several MB: more than the store's 2 MB page cache
         other = sqlite3.connect(path)
         other.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page into the main file
         other.close()

@@ -12,9 +12,9 @@ from koordlet import errors, native
 
 
 def test_capabilities_and_build_stamp() -> None:
-    assert native.ABI_VERSION == 2
+    assert native.ABI_VERSION == 3
     assert native.HAS_PERF and native.HAS_SCHED_CORE and native.HAS_PSI_TRIGGER
-    assert native.BUILD_INFO.startswith("kcore abi 2")
+    assert native.BUILD_INFO.startswith("kcore abi 3")
 
 
 def test_perf_argument_checks() -> None:
