@@ -237,7 +237,10 @@ class MetricCache:
             if ring is not None and first is not None and first <= start:
                 return ring.window(start, end)
             mem_t, mem_v = ring.window(start, end) if ring is not None else ([], [])
-        disk_t, disk_v = self.disk.read(series_key(name, labels), start, end)
+        key = series_key(name, labels)
+        if first is not None and not self.disk.holds_before(key, first):
+            return mem_t, mem_v
+        disk_t, disk_v = self.disk.read(key, start, end)
         if first is not None:
             # Memory is authoritative from its first sample on; disk fills in only what came before.
             keep = bisect_left(disk_t, first)

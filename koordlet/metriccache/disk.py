@@ -134,6 +134,8 @@ class DiskStore:
         self._streak = Streak(log)
         self._lock = threading.Lock()
         self._series_ids: dict[str, int] = {}
+        self._oldest: dict[int, float | None] = {}
+        """series id -> the first time of its oldest chunk (None: no chunk), asked once per series."""
         self._db = self._open()
 
     # -------------------------------------------------------------------------------------- opening
@@ -188,6 +190,7 @@ class DiskStore:
 
     def _connect(self, target: str, mode: str) -> sqlite3.Connection:
         self._series_ids.clear()
+        self._oldest.clear()
         db = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
         try:
             if mode == "delete":
@@ -293,8 +296,8 @@ class DiskStore:
                 self._db.execute("BEGIN")
                 self._register((row[0] for row in rows), added)
                 ids = self._series_ids
-                self._db.executemany("INSERT INTO chunks VALUES (?, ?, ?, ?, ?)",
-                                     [(ids[key], t0, t1, n, blob) for key, t0, t1, n, blob in rows])
+                stored = [(ids[key], t0, t1, n, blob) for key, t0, t1, n, blob in rows]
+                self._db.executemany("INSERT INTO chunks VALUES (?, ?, ?, ?, ?)", stored)
                 self._db.execute("COMMIT")
             except BaseException as exc:
                 self._rollback()
@@ -303,8 +306,31 @@ class DiskStore:
                 self._fault(exc, "writing history")
                 self.dropped_chunks += len(rows)
                 return 0
+            oldest = self._oldest
+            for series_id, t0, *_ in stored:
+                if series_id in oldest:  # else asked of the file when needed
+                    known = oldest[series_id]
+                    if known is None or t0 < known:
+                        oldest[series_id] = t0
             self._written()
         return len(rows)
+
+    def holds_before(self, key: str, t: float) -> bool:
+        """Whether the store may hold samples of ``key`` older than ``t`` (a window reaching back past what
+        memory holds asks the file only then: an agent that just started has nothing older on disk)."""
+        with self._lock:
+            series_id = self._series_ids.get(key)
+            if series_id is None:
+                return False
+            if series_id not in self._oldest:
+                try:
+                    row = self._db.execute("SELECT MIN(t0) FROM chunks WHERE series_id=?", (series_id,)).fetchone()
+                except sqlite3.Error as exc:
+                    self._fault(exc, "reading history")
+                    return True  # read() decides, and answers empty while the file fails
+                self._oldest[series_id] = row[0]
+            oldest = self._oldest[series_id]
+            return oldest is not None and oldest < t
 
     def read(self, key: str, start: float, end: float) -> tuple[list[float], list[float]]:
         """Samples of one series with start <= t <= end, oldest first (none when the read fails)."""
@@ -360,6 +386,7 @@ class DiskStore:
                 self._fault(exc, "pruning history")
                 return 0
             self._series_ids = series_ids
+            self._oldest.clear()
         return dropped
 
     def _bytes_in_use(self) -> int:

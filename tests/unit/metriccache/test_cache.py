@@ -73,6 +73,32 @@ def test_window_spans_memory_and_disk(tmp_path: Path) -> None:
     assert agg is not None and agg.count == 31 and agg.avg == pytest.approx(44.0)
 
 
+def test_the_file_is_read_only_when_it_may_hold_older_samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    cache = make(tmp_path, clock, default_window_seconds=10.0)
+    labels = labels_of(pod="a")
+    start = clock.now
+    for i in range(8):
+        clock.now = start + i
+        cache.append("pod_cpu", labels, clock.now, float(i))
+    cache.flush()
+    reads: list[str] = []
+    real_read = cache.disk.read
+    monkeypatch.setattr(cache.disk, "read", lambda key, a, b: reads.append(key) or real_read(key, a, b))
+    # Just started: everything on disk is also in memory, so a longer window asks only memory.
+    assert cache.window("pod_cpu", labels, start - 100, clock.now)[1] == [float(i) for i in range(8)]
+    assert reads == []
+    for i in range(8, 30):  # the ring (10 s) lets the first samples go; the file keeps them
+        clock.now = start + i
+        cache.append("pod_cpu", labels, clock.now, float(i))
+        if i % 5 == 0:
+            cache.flush()
+    cache.flush()
+    assert cache.window("pod_cpu", labels, start - 100, clock.now)[1] == [float(i) for i in range(30)]
+    assert reads == ['pod_cpu{pod="a"}']
+    cache.close()
+
+
 def test_restart_keeps_history_for_windows(tmp_path: Path) -> None:
     clock = Clock()
     node = labels_of()
