@@ -256,8 +256,9 @@ class QoSManagerConfig:
     runtime_endpoint: str = opt("unix:///var/run/containerd/containerd.sock",
                                 "CRI runtime endpoint used by the cri evictor", flag="--runtime-endpoint")
     cri_timeout_seconds: float = opt(5.0, "deadline of one CRI StopContainer call", check=positive, duration=True)
-    resource_force_update_seconds: float = opt(60.0, "rewrite an unchanged cgroup value after this long (repairs "
-                                                     "changes made behind koordlet's back)",
+    resource_force_update_seconds: float = opt(60.0, "after this long an unchanged cgroup value is read back and "
+                                                     "rewritten when it was changed behind koordlet's back (0: "
+                                                     "every round writes)",
                                                flag="--resource-force-update-seconds", check=at_least(0),
                                                duration=True)
     net_interface: str = opt("", "interface the tc network QoS shapes (empty: the one holding the default route)",

@@ -4,10 +4,10 @@
 and, per update: resolves the file for this host's cgroup version, validates and renders the value
 with the registry descriptor (v2 translations included) before touching anything, skips the write when
 the same text went to the same file (to the same device's line, in a per-device file) less than
-``force_update_seconds`` ago (Koordinator's
-``--resource-force-update-seconds``, 60 s: a periodic rewrite repairs values changed behind our back),
-orders ``cpuset.cpus`` / ``memory.min`` writes by level (:mod:`.leveled`), writes, audits and records a
-metric.
+``force_update_seconds`` ago (Koordinator's ``--resource-force-update-seconds``, 60 s: then the file is read
+back, and a value changed behind our back is rewritten; one that still holds is not, unlike Koordinator's
+unconditional rewrite), orders ``cpuset.cpus`` / ``memory.min`` writes by level (:mod:`.leveled`), writes,
+audits and records a metric.
 
 Errors are classified, not retried blindly (:mod:`.ledger`): a vanished cgroup is an expected race,
 logged at debug only; a value the kernel refuses (EINVAL) is not written again before
@@ -397,6 +397,10 @@ class ResourceExecutor:
         skip = self._skip_reason(p, text, now, use_cache)
         if skip is not None:
             return skip
+        # Past the force-update window, a value this executor wrote is read back first and rewritten only when
+        # the file no longer holds it: repairing drift needs no write (and no audit entry) where none happened,
+        # and a node with thousands of cgroups would otherwise rewrite them all every window.
+        refreshing = use_cache and self._ledger.remembers(target_of(p, text), text)
         # Neither the read of the old value nor the write holds the state lock: a slow write (cgroup v1 memory
         # reclaim) must not stall every other caller.  The path lock keeps this file's writes, and the cache
         # entries recording them, in one order.
@@ -410,6 +414,11 @@ class ResourceExecutor:
             with path_lock.lock:
                 if old is None:
                     old = self._read_quietly(p.path)
+                if refreshing and old == text.strip():
+                    self._lock.acquire()
+                    relocked = True
+                    self._ledger.written(target_of(p, text), text, now)
+                    return Result(p.update, Outcome.SKIPPED_UNCHANGED, p.path, text)
                 # Real elapsed time for the metric, whatever clock decides expiry.
                 started = time.perf_counter()
                 code: int | None = None

@@ -31,6 +31,8 @@ from koordlet.streaklog import Streak
 
 DEFAULT_FORCE_UPDATE_SECONDS = 60.0
 DEFAULT_UNSUPPORTED_RETRY_SECONDS = 600.0
+KEPT_WINDOWS = 2
+"""Force-update windows a written value is remembered: one to skip it, the next to verify it before a rewrite."""
 
 
 def check_timings(force_update_seconds: float, unsupported_retry_seconds: float) -> None:
@@ -133,6 +135,12 @@ class WriteLedger:
         return (written is not None and written.text == text and now - written.at < self.force_update_seconds
                 and target not in self._refused)
 
+    def remembers(self, target: str, text: str) -> bool:
+        """Whether ``text`` is what was last written to ``target`` (within :data:`KEPT_WINDOWS` windows, and
+        with a force-update window at all: 0 means every apply writes)."""
+        written = self._written.get(target)
+        return self.force_update_seconds > 0 and written is not None and written.text == text
+
     def written_at(self, target: str) -> float | None:
         """When the value remembered for ``target`` was written (None: nothing remembered)."""
         written = self._written.get(target)
@@ -233,12 +241,15 @@ class WriteLedger:
         self._streaks.clear()
 
     def prune(self, now: float) -> None:
-        """Drops the entries past their window, at most once per window."""
+        """Drops the entries past their window, at most once per window.  A written value is kept for
+        :data:`KEPT_WINDOWS` windows: past the first, the executor reads the file back before rewriting it
+        (:meth:`remembers`), and a value it refreshes stays remembered."""
         if now < self._next_prune:
             return
         self._next_prune = now + max(self.force_update_seconds, 1.0)
         self.version += 1
-        for key in [k for k, v in self._written.items() if now - v.at >= self.force_update_seconds]:
+        kept = KEPT_WINDOWS * self.force_update_seconds
+        for key in [k for k, v in self._written.items() if now - v.at >= kept]:
             del self._written[key]
         for key in [k for k, v in self._refused.items() if now >= v.until]:
             del self._refused[key]

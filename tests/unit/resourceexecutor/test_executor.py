@@ -226,16 +226,21 @@ def test_a_steady_batch_answered_whole_keeps_every_rule(fake_cgroup_host: FakeHo
     executor.forget(str(fake_cgroup_host.cgroup_path(dirs[3], r.CPU_SHARES)))
     assert [res.outcome for res in executor.apply(batch)][2:5] == [
         Outcome.SKIPPED_UNCHANGED, Outcome.WRITTEN, Outcome.SKIPPED_UNCHANGED]
-    # The batch's oldest write leaves the window: rewritten, all but the one rewritten above.
+    # The batch's oldest write leaves the window: each file is read back; the ones that still hold the value
+    # are not written again, the one changed behind the executor's back is repaired.
     clock.advance(56)  # the first writes were 59 s ago
     assert [res.outcome for res in executor.apply(batch)].count(Outcome.SKIPPED_UNCHANGED) == 40
+    ours = content(fake_cgroup_host, r.CPU_SHARES, dirs[5])
+    fake_cgroup_host.write_cgroup(dirs[5], r.CPU_SHARES, "2")
     clock.advance(1)
     outcomes = [res.outcome for res in executor.apply(batch)]
-    assert outcomes.count(Outcome.WRITTEN) == 39 and outcomes[3] is Outcome.SKIPPED_UNCHANGED
+    assert outcomes.count(Outcome.WRITTEN) == 1 and outcomes[5] is Outcome.WRITTEN
+    assert content(fake_cgroup_host, r.CPU_SHARES, dirs[5]) == ours
     # Another value of one update (a new object in the batch): only that one is written.
     batch[7] = upd(r.CPU_SHARES, 2048, dirs[7])
     assert [res.outcome for res in executor.apply(batch)].count(Outcome.WRITTEN) == 1
-    assert len(writer.writes) == 40 + 1 + 39 + 1
+    assert len(writer.writes) == 40 + 1 + 1 + 1
+    assert len(audit.entries) == 40 + 1 + 1 + 1  # a value verified in place is no change to audit
 
 
 def test_changed_value_is_written_at_once(fake_cgroup_host: FakeHost) -> None:

@@ -36,8 +36,12 @@ def test_the_same_text_is_skipped_within_the_window_only() -> None:
     clock.advance(60)
     assert ledger.skip("/cg/a/cpu.shares", "2", clock()) is None
     assert ledger.last_written("/cg/a/cpu.shares") == "2"
+    ledger.prune(clock())  # kept a second window: the executor verifies it before rewriting
+    assert ledger.remembers("/cg/a/cpu.shares", "2") and not ledger.remembers("/cg/a/cpu.shares", "3")
+    clock.advance(60)
     ledger.prune(clock())
     assert ledger.last_written("/cg/a/cpu.shares") is None
+    assert not ledger.remembers("/cg/a/cpu.shares", "2")
 
 
 def test_a_refused_value_backs_off_until_it_changes_or_the_backoff_ends(caplog: pytest.LogCaptureFixture) -> None:

@@ -156,7 +156,9 @@ def test_summary_and_steady_rounds(rig: Rig) -> None:
     assert decision.numbers["unchanged"] == 4
     rig.clock.advance(31)
     decision, writes = rig.run(slo)
-    assert writes == throttles(rig.mode, "254:0", wbps=MIB4, riops=100)
+    # Past it each file is read back first: v1's files (one line each) still hold exactly what was written, so
+    # nothing is written again; v2's io.max does not read back as the line written, so its line is rewritten.
+    assert writes == ([] if rig.mode == "v1" else throttles(rig.mode, "254:0", wbps=MIB4, riops=100))
 
 
 IOCOST_VDA = "254:0 enable=1 ctrl=user rpct=95 rlat=3000 wpct=95 wlat=3000"
