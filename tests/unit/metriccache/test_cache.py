@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from koordlet.metriccache import CacheSettings, MetricCache, aggregate, labels_of, percentile
+from koordlet.metriccache import CacheSettings, Labels, MetricCache, aggregate, labels_of, percentile
 from koordlet.metriccache.ring import Ring
 from koordlet.native import RingColumn
 
@@ -55,17 +55,22 @@ def test_percentiles_are_observed_values() -> None:
     assert aggregate([], []) is None
 
 
+def feed(cache: MetricCache, clock: Clock, labels: Labels, start: float, samples: range, flush_every: int) -> None:
+    """Sample i at ``start + i`` with value i, a flush every ``flush_every`` samples and after the last."""
+    for i in samples:
+        clock.now = start + i
+        cache.append("pod_cpu", labels, clock.now, float(i))
+        if i % flush_every == 0:
+            cache.flush()
+    cache.flush()
+
+
 def test_window_spans_memory_and_disk(tmp_path: Path) -> None:
     clock = Clock()
     cache = make(tmp_path, clock, default_window_seconds=10.0)
     labels = labels_of(pod="a")
     start = clock.now
-    for i in range(60):
-        clock.now = start + i
-        cache.append("pod_cpu", labels, clock.now, float(i))
-        if i % 7 == 0:
-            cache.flush()
-    cache.flush()
+    feed(cache, clock, labels, start, range(60), 7)
     times, values = cache.window("pod_cpu", labels, start, start + 59)
     assert values == [float(i) for i in range(60)]
     assert times == sorted(set(times))
@@ -78,22 +83,14 @@ def test_the_file_is_read_only_when_it_may_hold_older_samples(tmp_path: Path, mo
     cache = make(tmp_path, clock, default_window_seconds=10.0)
     labels = labels_of(pod="a")
     start = clock.now
-    for i in range(8):
-        clock.now = start + i
-        cache.append("pod_cpu", labels, clock.now, float(i))
-    cache.flush()
+    feed(cache, clock, labels, start, range(8), 100)
     reads: list[str] = []
     real_read = cache.disk.read
     monkeypatch.setattr(cache.disk, "read", lambda key, a, b: reads.append(key) or real_read(key, a, b))
     # Just started: everything on disk is also in memory, so a longer window asks only memory.
     assert cache.window("pod_cpu", labels, start - 100, clock.now)[1] == [float(i) for i in range(8)]
     assert reads == []
-    for i in range(8, 30):  # the ring (10 s) lets the first samples go; the file keeps them
-        clock.now = start + i
-        cache.append("pod_cpu", labels, clock.now, float(i))
-        if i % 5 == 0:
-            cache.flush()
-    cache.flush()
+    feed(cache, clock, labels, start, range(8, 30), 5)  # the ring (10 s) lets the first ones go; the file keeps them
     assert cache.window("pod_cpu", labels, start - 100, clock.now)[1] == [float(i) for i in range(30)]
     assert reads == ['pod_cpu{pod="a"}']
     cache.close()
