@@ -164,7 +164,8 @@ def test_static_policy_keeps_pinned_cpus_and_limits_be_per_container(real_cgroup
     # kubelet's reconcile writes its shared pool into a BE container: the pod cgroup admits it.
     real_cgroups.write("cpuset", BE_CONTAINERS[0], "cpuset.cpus", everything)
     assert cpus_allowed(be_pids[0]) == everything
-    # The executor rewrites an unchanged value every resourceForceUpdateSeconds: forgetting stands for that.
+    # The executor reads its values back every resourceForceUpdateSeconds and repairs drift: forgetting stands
+    # for that.
     rig.strategy.options.executor.forget()
     rig.round()
     assert rig.cpuset(BE_CONTAINERS[0]) == be_cpuset and cpus_allowed(be_pids[0]) == be_cpuset
