@@ -158,21 +158,6 @@ class Ring:
         return (b[t + i:t + cap].tolist() + b[t:t + j].tolist(),
                 b[v + i:v + cap].tolist() + b[v:v + j].tolist())
 
-    def tail_arrays(self, n: int) -> tuple[array[float], array[float]]:
-        """:meth:`tail` as ``array('d')`` copies: a flush hands thousands of series to disk, and a float
-        object per sample (24 bytes, and made only to be packed again) would make most of its time and
-        memory."""
-        b, cap = self._b, self._cap
-        s, length = int(b[_START]), int(b[_LEN])
-        n = min(max(n, 0), length)
-        if not n:
-            return array("d"), array("d")
-        i, j = (s + length - n) % cap, (s + length) % cap or cap
-        t, v = _H, _H + cap
-        if i < j:
-            return b[t + i:t + j], b[v + i:v + j]
-        return b[t + i:t + cap] + b[t:t + j], b[v + i:v + cap] + b[v:v + j]
-
     def tail(self, n: int) -> tuple[list[float], list[float]]:
         """The newest ``n`` samples, oldest first."""
         length = len(self)

@@ -315,8 +315,8 @@ class ResourceExecutor:
             results[p.position] = result
 
     def last_written(self, path: str) -> str | None:
-        """The text this executor last wrote to ``path`` and still remembers (within the force-update
-        window), or None; what the debug API shows as the desired value."""
+        """The text this executor last wrote to ``path`` and still remembers (written or verified within
+        the last two force-update windows), or None; what the debug API shows as the desired value."""
         with self._lock:
             return self._ledger.last_written(path, lines=True)
 

@@ -25,6 +25,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 TMP_MOUNT = Path("/run/koordlet-vm-tmp")
 PYTEST_TIMEOUT_SECONDS = 600
@@ -118,24 +120,12 @@ def run_logged(cmd: Sequence[str], env: dict[str, str], log: Path, stall_seconds
                 return STALLED_EXIT
 
 
-def descendants(root: int, proc_dir: Path = Path("/proc")) -> list[int]:
+def _run_tree(root: int) -> list[int]:
     """``root`` and every process below it, parents first."""
-    children: dict[int, list[int]] = {}
-    for entry in proc_dir.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, queue = [], [root]
-    while queue:
-        pid = queue.pop(0)
-        found.append(pid)
-        queue.extend(sorted(children.get(pid, [])))
-    return found
+    try:
+        return [root, *(child.pid for child in psutil.Process(root).children(recursive=True))]
+    except psutil.Error:
+        return [root]
 
 
 def _read(path: Path) -> str:
@@ -149,7 +139,7 @@ def stall_report(root: int, stall_seconds: float, sysrq: Path | None = SYSRQ, pr
     """Where each process and thread of the run waits (state, wchan, kernel stack), and, with ``sysrq``,
     the kernel's list of blocked tasks (sysrq w) from its log."""
     lines = [f"\n===== v2 guest: no output for {stall_seconds:.0f} s; state of the run's processes =====\n"]
-    for pid in descendants(root, proc_dir):
+    for pid in _run_tree(root):
         base = proc_dir / str(pid)
         cmdline = _read(base / "cmdline").replace("\0", " ")[:300]
         lines.append(f"--- pid {pid}: {cmdline}\n")

@@ -95,7 +95,7 @@ def test_pending_tails_of_many_rings_in_one_call(specs: list[tuple[int, list[flo
             ring.append(100.0 + i, v)
         ring.pending = min(pending, len(ring))
         rings.append(ring)
-    wanted = [ring.tail_arrays(ring.pending) for ring in rings]
+    wanted = [ring.tail(ring.pending) for ring in rings]
     encoded = native.encode_pending([ring.buffer for ring in rings])
     for i, (ring, (times, values)) in enumerate(zip(rings, wanted, strict=True)):
         assert encoded.counts[i] == len(times)
@@ -105,7 +105,7 @@ def test_pending_tails_of_many_rings_in_one_call(specs: list[tuple[int, list[flo
             assert math.isnan(encoded.first[i]) and math.isnan(encoded.last[i])
             continue
         assert (encoded.first[i], encoded.last[i]) == (times[0], times[-1])
-        assert native.decode_chunk(encoded.chunk(i), len(times)) == (times, values)
+        assert native.decode_chunk(encoded.chunk(i), len(times)) == (array("d", times), array("d", values))
 
 
 def test_no_rings_encode_nothing() -> None:
