@@ -17,7 +17,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping
 from itertools import chain, repeat
-from operator import attrgetter, mul
+from operator import attrgetter, itemgetter, mul
 from typing import Any, Final, cast
 
 import msgspec
@@ -40,28 +40,28 @@ from koordlet.apis.quantity import int_value, milli_value
 from koordlet.errors import ParseError
 
 
-class _Resources(msgspec.Struct, forbid_unknown_fields=True):
+class _Resources(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     cpu: str | None = None
     memory: str | None = None
 
 
-class _Usage(msgspec.Struct, forbid_unknown_fields=True):
+class _Usage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     resources: _Resources = msgspec.field(default_factory=_Resources)
 
 
-class _Window(msgspec.Struct, forbid_unknown_fields=True):
+class _Window(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     usage: dict[AggregationType, _Usage] = msgspec.field(default_factory=dict)
     duration: str = ""
 
 
-class _NodeInfo(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+class _NodeInfo(msgspec.Struct, forbid_unknown_fields=True, gc=False, rename="camel"):
     node_usage: _Usage = msgspec.field(default_factory=_Usage)
     aggregated_node_usages: list[_Window] = msgspec.field(default_factory=list)
     system_usage: _Usage = msgspec.field(default_factory=_Usage)
     aggregated_system_usages: list[_Window] = msgspec.field(default_factory=list)
 
 
-class _Pod(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+class _Pod(msgspec.Struct, forbid_unknown_fields=True, gc=False, rename="camel"):
     name: str = ""
     namespace: str = ""
     pod_usage: _Usage = msgspec.field(default_factory=_Usage)
@@ -69,18 +69,18 @@ class _Pod(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     qos: QoSClass = QoSClass.NONE
 
 
-class _HostApp(msgspec.Struct, forbid_unknown_fields=True):
+class _HostApp(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     name: str = ""
     usage: _Usage = msgspec.field(default_factory=_Usage)
     priority: PriorityClass = PriorityClass.NONE
     qos: QoSClass = QoSClass.NONE
 
 
-class _Resource(msgspec.Struct, forbid_unknown_fields=True):
+class _Resource(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     resource: _Usage = msgspec.field(default_factory=_Usage)
 
 
-class _Status(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+class _Status(msgspec.Struct, forbid_unknown_fields=True, gc=False, rename="camel"):
     update_time: str = ""
     node_metric: _NodeInfo | None = None
     pods_metric: list[_Pod] = msgspec.field(default_factory=list)
@@ -129,6 +129,17 @@ def fast_status(document: bytes | Mapping[str, Any]) -> NodeMetricStatus | None:
 _FAST_DIGITS: Final = 18
 """Texts short enough for ``int()`` (as in :mod:`koordlet.apis.quantity`)."""
 _BINARY_SCALES: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_FAST_LIMIT: Final = 10**_FAST_DIGITS
+"""Values below it have at most :data:`_FAST_DIGITS` digits; a column holding a larger one is read a text at a
+time ..."""
+_FAST_LIMIT_SUFFIXED: Final = 10**(_FAST_DIGITS - 2)
+"""... and so is one with suffixes (up to two letters) holding a value with more than 16 digits."""
+_MILLI_SCALES: Final = {True: 1, False: 1000}
+"""Milli-units per unit of a CPU text with and without the ``m`` suffix."""
+_TAIL: Final = itemgetter(slice(-2, None))
+_DELETE_BINARY_LETTERS: Final = str.maketrans("", "", "KMGTPEi")
+_INTEGERS: Final = msgspec.json.Decoder(list[int])
+_JSON_BLANKS: Final = (" ", "\t", "\n", "\r")
 _UNUSUAL: Final = object()
 """What :func:`_amount` gives for an amount the fast path does not take."""
 
@@ -146,11 +157,7 @@ _DURATION: Final = attrgetter("duration")
 _new: Final = object.__new__
 _SET_CPU: Final = vars(ResourceMap)["cpu_milli"].__set__
 _SET_MEMORY: Final = vars(ResourceMap)["memory_bytes"].__set__
-_SET_POD_NAME: Final = vars(PodMetricInfo)["name"].__set__
-_SET_POD_NAMESPACE: Final = vars(PodMetricInfo)["namespace"].__set__
-_SET_POD_USAGE: Final = vars(PodMetricInfo)["pod_usage"].__set__
-_SET_POD_PRIORITY: Final = vars(PodMetricInfo)["priority"].__set__
-_SET_POD_QOS: Final = vars(PodMetricInfo)["qos"].__set__
+_SET_WIRE_POD_USAGE: Final = vars(_Pod)["pod_usage"].__set__
 _SET_AGG_DURATION: Final = vars(AggregatedUsage)["duration_seconds"].__set__
 _SET_AGG_USAGE: Final = vars(AggregatedUsage)["usage"].__set__
 
@@ -198,24 +205,72 @@ def _amounts(texts: list[str | None], milli: bool) -> list[Any] | None:
 
 
 def _whole_column(texts: list[str], milli: bool) -> list[int] | None:
-    """The usual columns (every CPU text ``"138m"``, or every text plain digits) checked and converted as one
-    string; None for any other column."""
+    """The column as koordlets write it (CPU ``"138m"``, ``"2"`` or ``"0"``; memory ``"17828Ki"``, ``"3Mi"`` or
+    plain bytes), checked as one string and read as one JSON array of integers, in C; None for anything else."""
     joined = ",".join(texts)
-    suffixed = milli and joined.endswith("m")
-    if suffixed:
-        # Each "m" must end its text: n of them, all gone once "m," and the last one are cut.
-        if joined.count("m") != len(texts):
-            return None
-        joined = joined.replace("m,", ",")[:-1]
-    digits = joined.replace(",", "")
-    parts = joined.split(",")
-    if not (digits.isascii() and digits.isdigit()) or max(map(len, parts)) > _FAST_DIGITS:
+    column = _cpu_column(joined, texts) if milli else _memory_column(joined, texts)
+    if column is None:
+        return None
+    digits, scale = column
+    # The JSON reader takes integers only (no fraction, exponent or "+", no empty text, no leading zero: the
+    # per-text path reads those) but also a "-" and blanks between tokens, which quantities do not have.  A text
+    # with a comma would read as two.
+    if any(map(digits.__contains__, _JSON_BLANKS)):
         return None
     try:
-        values = list(map(int, parts))
-    except ValueError:  # an empty text
+        values = _INTEGERS.decode(f"[{digits}]")
+    except msgspec.DecodeError:
         return None
-    return list(map(mul, values, repeat(1000))) if milli and not suffixed else values
+    if (len(values) != len(texts) or min(values) < 0
+            or max(values) >= (_FAST_LIMIT if len(digits) == len(joined) else _FAST_LIMIT_SUFFIXED)):
+        return None
+    if isinstance(scale, int):
+        return values if scale == 1 else list(map(mul, values, repeat(scale)))
+    return list(map(mul, values, scale))
+
+
+def _cpu_column(joined: str, texts: list[str]) -> tuple[str, int | list[int]] | None:
+    """The column's digits without the ``m`` suffixes, and the milli-units per unit of all texts or of each;
+    None when an ``m`` is not the last letter of its text."""
+    suffixed = joined.count("m")
+    if suffixed == 0:
+        return joined, 1000
+    if _suffixes_end_texts(joined, "m") != suffixed:
+        return None
+    plain = len(texts) - suffixed
+    if plain == 0 or _zeros(joined) == plain:  # "0" is zero in any unit: an idle pod's usage
+        return joined.replace("m", ""), 1
+    return joined.replace("m", ""), list(map(_MILLI_SCALES.__getitem__, map(str.endswith, texts, repeat("m"))))
+
+
+def _memory_column(joined: str, texts: list[str]) -> tuple[str, int | list[int]] | None:
+    """The column's digits without the binary suffixes, and the scale of all texts or of each; None when a
+    suffix is not at the end of its text."""
+    suffixed = joined.count("i")  # each binary suffix has one "i", and digits none
+    if suffixed == 0:
+        return joined, 1
+    if joined.count("Ki") == suffixed:  # memory in pages: "Ki" and the odd plain "0"
+        if _suffixes_end_texts(joined, "Ki") != suffixed:
+            return None
+        plain = len(texts) - suffixed
+        if plain == 0 or _zeros(joined) == plain:
+            return joined.replace("Ki", ""), 1024
+    scales = list(map(_BINARY_SCALES.get, map(_TAIL, texts), repeat(1)))
+    digits = joined.translate(_DELETE_BINARY_LETTERS)
+    # Each suffix at a text's end takes two letters: any other letter anywhere makes the count differ.
+    if len(texts) - scales.count(1) != suffixed or len(joined) - len(digits) != 2 * suffixed:
+        return None
+    return digits, scales
+
+
+def _suffixes_end_texts(joined: str, suffix: str) -> int:
+    """How many of the texts joined by commas end with ``suffix``."""
+    return joined.count(suffix + ",") + joined.endswith(suffix)
+
+
+def _zeros(joined: str) -> int:
+    """How many of the texts joined by commas are ``"0"``."""
+    return f",{joined.replace(',', ',,')},".count(",0,")
 
 
 def _resource_maps(usages: list[_Usage]) -> list[ResourceMap] | None:
@@ -240,13 +295,10 @@ def _pods(items: list[_Pod]) -> tuple[PodMetricInfo, ...] | None:
     usages = _resource_maps(list(map(_POD_USAGE, items)))
     if usages is None:
         return None
-    pods = list(map(_new, repeat(PodMetricInfo, len(items))))
-    _each(_SET_POD_NAME, pods, list(map(_NAME, items)))
-    _each(_SET_POD_NAMESPACE, pods, list(map(_NAMESPACE, items)))
-    _each(_SET_POD_USAGE, pods, usages)
-    _each(_SET_POD_PRIORITY, pods, list(map(_PRIORITY, items)))
-    _each(_SET_POD_QOS, pods, list(map(_QOS, items)))
-    return tuple(pods)
+    # The wire pods, their usage swapped for its ResourceMap, are the attributes msgspec builds the PodMetricInfo
+    # dataclasses from, in C (a ResourceMap is taken as it is, not copied).
+    _each(_SET_WIRE_POD_USAGE, items, usages)
+    return msgspec.convert(items, tuple[PodMetricInfo, ...], from_attributes=True)
 
 
 @functools.lru_cache(maxsize=64)  # koordlets send the same few windows ("5m0s") in every report

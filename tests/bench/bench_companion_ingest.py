@@ -7,7 +7,8 @@ This process runs :class:`~koordlet.companion.api.CompanionServer` on 127.0.0.1 
 spawn, so the two sides share no GIL, as koordlets on other hosts do not) runs several client threads, each with
 its own channel like a node of its own, sending ``ReportNodeMetric`` back to back.  Every report is a realistic
 status: node usage and the 5m/10m/30m aggregates, and ~100 ``podsMetric`` entries (mixed priority and QoS, real
-looking names and quantities), serialised once per client as the koordlet's sink does (about 17 KB of JSON).
+looking names and quantities: memory in pages, some pods idle), serialised once per client as the koordlet's sink
+does (about 17 KB of JSON).
 
 It prints reports/s over the timed window, the companion's CPU per report, and the in-process cost of decoding
 one status (the floor of the server's per-report CPU), for scale.  Last, the A/B (:mod:`tests.bench.ab`): the
@@ -59,7 +60,9 @@ def realistic_status(pods: int, seed: int) -> NodeMetricStatus:
     rng = random.Random(seed)
 
     def usage(cores: float, gib: float) -> ResourceMap:
-        return ResourceMap.from_usage(cores * rng.uniform(0.5, 1.0), gib * (1 << 30) * rng.uniform(0.5, 1.0))
+        # Memory in whole pages, as cgroups count it (so mostly "...Ki" on the wire); every tenth pod idle ("0").
+        pages = int(gib * (1 << 30) * rng.uniform(0.5, 1.0)) // 4096
+        return ResourceMap.from_usage(cores * rng.uniform(0.5, 1.0) if rng.random() > 0.1 else 0.0, pages * 4096)
 
     def windows() -> tuple[AggregatedUsage, ...]:
         return tuple(AggregatedUsage(seconds, {kind: usage(40, 180) for kind in AggregationType})

@@ -29,6 +29,7 @@ from koordlet.apis.nodemetric import (
     parse_time,
 )
 from koordlet.apis.quantity import format_cpu_milli, format_memory_bytes, int_value, milli_value
+from koordlet.companion import metricdecode
 from koordlet.companion.metricdecode import decode_status, fast_status
 from koordlet.errors import ConfigError, ParseError
 
@@ -403,7 +404,7 @@ _GOOD_POD = st.fixed_dictionaries(
     {"name": st.sampled_from(["a", "b-1"]), "namespace": st.just("ns"),
      "podUsage": st.one_of(st.fixed_dictionaries({"resources": st.fixed_dictionaries(
          {"cpu": st.sampled_from(["138m", "2", "0", "1k", "1500m", "99999999999999999m"]),
-          "memory": st.sampled_from(["1815637738", "17828Ki", "0", "1k", "999999999999999999"])})}),
+          "memory": st.sampled_from(["1815637738", "17828Ki", "3Mi", "0", "1k", "999999999999999999"])})}),
          st.just({}))},
     optional={"priority": st.sampled_from(["koord-prod", "koord-batch"]), "qos": st.sampled_from(["LS", "BE"])})
 _MOSTLY_GOOD_STATUS = st.fixed_dictionaries({"podsMetric": st.lists(st.one_of(_GOOD_POD, _GOOD_POD, _GOOD_POD, _POD),
@@ -442,6 +443,48 @@ def test_the_fast_decoder_takes_what_koordlets_send() -> None:
     document = status.to_json()
     assert fast_status(json.dumps(document).encode()) == fast_status(document) == status
     assert NodeMetricStatus.from_json(document) == status
+
+
+_COLUMN_TEXTS = st.one_of(
+    st.integers(0, 10**19).map(str), st.integers(0, 10**18).map(lambda n: f"{n}m"),
+    st.tuples(st.integers(0, 10**17), st.sampled_from(["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]))
+    .map(lambda p: f"{p[0]}{p[1]}"),
+    st.sampled_from(["", "m", "0", "0m", "00", "007", "1k", "1M", "1.5", "-1", "\u0661", " 1", "1e3", "m1", "1m2",
+                     "1mm", "Ki", "1Ki5", "K1Ki", "1KiKi", "1iKi", "i1", "1K", "9" * 16 + "Ki", "9" * 17 + "m",
+                     "1,2", ",", "1 ", "\t1", "-0", "-1Ki", "1.0", "1E3"]))
+
+
+@given(st.lists(_COLUMN_TEXTS, min_size=1, max_size=12), st.booleans())
+def test_a_column_of_quantities_reads_as_each_text_does(texts: list[str], milli: bool) -> None:
+    """The fast path reads a report's CPU or memory texts as one column; every text reads as the checked reader
+    reads it alone, and a column with one it refuses is refused (the checked decoder then names it)."""
+    try:
+        expected: list[int] | None = [milli_value(text) if milli else int_value(text) for text in texts]
+    except ParseError:
+        expected = None
+    assert metricdecode._amounts(list(texts), milli) == expected
+
+
+@pytest.mark.parametrize(("texts", "milli", "values"), [
+    (["138m", "1500m"], True, [138, 1500]),
+    (["2", "0"], True, [2000, 0]),
+    (["138m", "2", "0", "0m"], True, [138, 2000, 0, 0]),
+    (["1815637738", "0"], False, [1815637738, 0]),
+    (["17828Ki", "3Mi", "1815637738", "1Gi"], False, [17828 << 10, 3 << 20, 1815637738, 1 << 30]),
+])
+def test_the_columns_koordlets_send_are_read_whole(texts: list[str], milli: bool, values: list[int]) -> None:
+    """Not a text at a time: what every report holds takes the one-string path."""
+    assert metricdecode._whole_column(texts, milli) == values
+
+
+@pytest.mark.parametrize(("texts", "milli"), [
+    (["m1", "2m"], True), (["1m2", "3m"], True), (["1m2", "3"], True), (["007m"], True), (["1k"], True),
+    (["1Ki5", "1Ki"], False), (["K1Ki"], False), (["1KiKi"], False), (["1iKi"], False), (["1M"], False),
+    (["12", ""], False), (["9" * 17 + "Ki"], False), (["1,2", "3"], False), (["1,2m", "3m"], True), ([" 1"], False),
+    (["-1"], False), (["1.0"], True),
+])
+def test_columns_out_of_the_usual_are_left_to_each_text(texts: list[str], milli: bool) -> None:
+    assert metricdecode._whole_column(texts, milli) is None
 
 
 @pytest.mark.parametrize(("raw", "pods"), [
