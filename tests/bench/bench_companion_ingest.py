@@ -15,7 +15,7 @@ one status (the floor of the server's per-report CPU), for scale.  Last, the A/B
 same server and clients over the base commit's code and this tree's, batches interleaved, and the ratio of the
 median server CPU per accepted report.  Runs without root:
 
-    python -m tests.bench.bench_companion_ingest [--clients 8] [--seconds 5] [--pods 100] [--batches 6] [--check]
+    python -m tests.bench.bench_companion_ingest [--clients 8] [--seconds 5] [--pods 100] [--batches 10] [--check]
 """
 
 from __future__ import annotations
@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="timed window")
     parser.add_argument("--warmup", type=float, default=1.0, help="untimed reporting before the window")
     parser.add_argument("--pods", type=int, default=100, help="podsMetric entries per status")
-    parser.add_argument("--batches", type=int, default=6, help="A/B batches per side, interleaved")
+    parser.add_argument("--batches", type=int, default=10,
+                        help="A/B batches per side, interleaved (the machine's noise is about a tenth per batch)")
     parser.add_argument("--ab-seconds", type=float, default=2.0, dest="ab_seconds", help="A/B batch length")
     parser.add_argument("--check", action="store_true", help="exit 1 when the ratio misses its target")
     args = parser.parse_args(argv)
