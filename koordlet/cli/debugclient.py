@@ -11,6 +11,7 @@ import errno
 import http.client
 import json
 import socket
+from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
@@ -82,7 +83,7 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 
 
 class DebugClient:
-    """One GET per call, a fresh connection each time (the CLI makes one or two requests per run)."""
+    """One request per call, a fresh connection each time (the CLI makes one or two requests per run)."""
 
     def __init__(self, socket_path: str = contract.DEFAULT_SOCKET,
                  timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
@@ -95,11 +96,18 @@ class DebugClient:
         target = quote(path) + (f"?{urlencode(params)}" if params else "")
         return self._request("GET", target)
 
-    def _request(self, method: str, target: str) -> dict[str, Any]:
+    def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST ``body`` as JSON to ``path`` (an admin endpoint) and return the JSON object answered."""
+        return self._request("POST", quote(path), json.dumps(body).encode())
+
+    def _request(self, method: str, target: str, body: bytes | None = None) -> dict[str, Any]:
         conn = UnixHTTPConnection(self.socket_path, self.timeout_seconds)
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         try:
             try:
-                conn.request(method, target, headers={"Accept": "application/json"})
+                conn.request(method, target, body=body, headers=headers)
                 response = conn.getresponse()
                 body = response.read()
             except TimeoutError as exc:

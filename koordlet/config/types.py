@@ -250,7 +250,8 @@ class QoSManagerConfig:
                                  check=one_of("node", "kubepods"))
     evictor: str = opt("cri", "how pods are evicted: cri (StopContainer on the runtime socket), kill (SIGKILL to "
                               "the pod cgroup's processes, for plain hosts), api (the companion's Eviction API) or "
-                              "dry-run (record only)", flag="--evictor", check=one_of("cri", "kill", "api", "dry-run"))
+                              "dry-run (every eviction as in shadow mode: recorded, not launched)", flag="--evictor",
+                        check=one_of("cri", "kill", "api", "dry-run"))
     only_evict_by_api: bool = opt(False, "evict only through the Kubernetes Eviction API (same as --evictor=api)",
                                   flag="--only-evict-by-api")
     runtime_endpoint: str = opt("unix:///var/run/containerd/containerd.sock",
@@ -266,6 +267,12 @@ class QoSManagerConfig:
     terway_qos_dir: str = opt("/var/lib/terway/qos", "directory of the node and pod bandwidth files the Terway QoS "
                                                       "agent reads (netQOSPolicy terway-qos)",
                               flag="--terway-qos-dir")
+    shadow: bool = opt(False, "shadow mode for every strategy: each decides as it would, and nothing is written "
+                              "or evicted; the intended writes and evictions go to the audit log, to "
+                              "koordlet_shadow_intended_total and to koordctl qos (koordctl shadow switches a "
+                              "strategy at run time)", flag="--shadow")
+    shadow_strategies: str = opt("", "strategies in shadow mode besides --shadow's (comma-separated names: "
+                                     "cpuevict,memoryevict)", flag="--shadow-strategies")
     audit_dir: str = opt("", "directory of the write and eviction audit log (empty: <stateDir>/audit)",
                          flag="--audit-log-dir")
     audit_max_bytes: int = opt(10 * 1024 * 1024, "size at which the audit log rotates", check=positive)

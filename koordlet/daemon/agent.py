@@ -38,7 +38,8 @@ from koordlet.qosmanager import framework as qos_framework
 from koordlet.qosmanager.evictor import CompanionEvictionAPI, Evictions, build_backend
 from koordlet.qosmanager.manager import QoSManager
 from koordlet.qosmanager.reader import CgroupReader
-from koordlet.qosmanager.registry import build_strategies
+from koordlet.qosmanager.registry import NO_SHADOW_PATH, build_strategies, registry
+from koordlet.qosmanager.shadow import Shadow, ShadowModes
 from koordlet.resourceexecutor import AuditLog, ResourceExecutor, oomscore
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.resourceexecutor.netqos import NetQoS
@@ -280,8 +281,11 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
             cgroups=HostCgroups(layout, executor.last_written), mean=cache.mean, slo=qos.holder.current,
             strategies=lambda: qos.strategy_objects, decisions=qos.options.decisions, hook_names=hooks.runner.names,
             hook_calls=hooks.runner.recorder.recent if hooks.runner.recorder is not None else (lambda _n: []),
-            evictions=qos.options.evictor.recent, pid=os.getpid(),
-            refused=lambda uid: [r.text() for r in informer.tenant.refused(uid)])
+            evictions=evictor.recent if isinstance(evictor := qos.options.evictor, Evictions) else (lambda _n: []),
+            pid=os.getpid(),
+            refused=lambda uid: [r.text() for r in informer.tenant.refused(uid)],
+            shadow=qos.shadow.modes if qos.shadow is not None else None,
+            no_shadow_path=sorted(qos.shadow.unsupported) if qos.shadow is not None else ())
         debug = DebugServer(debug_socket, sources)
         components.append(debug)
     return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos, hooks, debug)
@@ -436,8 +440,13 @@ def build_qos(config: Config, layout: CgroupLayout, driver: DriverGuess, informe
     backend = build_backend(evictor_kind, layout, qos.runtime_endpoint, qos.cri_timeout_seconds,
                             api=CompanionEvictionAPI(companion) if companion is not None else None,
                             workloads=config.workloads if config.standalone else None)
-    # Strategies count their evictions in metrics.qos (pod_eviction) with their own reason.
-    evictions = Evictions(backend, time.time, writers.audit)
+    # Strategies count their evictions in metrics.qos (pod_eviction) with their own reason; intended ones (shadow
+    # mode) are counted with the intended writes.
+    evictions = Evictions(backend, time.time, writers.audit, metrics=metrics.executor)
+    shadow = Shadow(shadow_modes(qos), writers.executor, evictions, NO_SHADOW_PATH)
+    if shadowed := [name for name in registry() if shadow.modes.shadow(name)]:
+        log.warning("QoS strategies in shadow mode: they decide, and write and evict nothing",
+                    extra={"strategies": shadowed})
     options = qos_framework.Options(
         layout=layout, driver=driver.driver, informer=informer, cache=cache, executor=writers.executor,
         evictor=evictions, reader=writers.reader, config=qos, collector=config.collector, gates=effective_gates,
@@ -453,4 +462,16 @@ def build_qos(config: Config, layout: CgroupLayout, driver: DriverGuess, informe
     )
     holder = NodeSLOHolder()
     source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file and companion is None else None
-    return QoSManager(options, build_strategies(options), holder, source)
+    return QoSManager(options, build_strategies(options, shadow=shadow), holder, source, shadow=shadow)
+
+
+def shadow_modes(qos: QoSManagerConfig) -> ShadowModes:
+    """The shadow modes ``qos.shadow`` and ``qos.shadowStrategies`` configure; ConfigError naming an unknown
+    strategy."""
+    known = registry().keys()
+    named = split_list(qos.shadow_strategies)
+    unknown = [name for name in named if name not in known]
+    if unknown:
+        raise ConfigError(f"qos.shadowStrategies: unknown strategy {', '.join(unknown)} "
+                          f"(known: {', '.join(known)})")
+    return ShadowModes(qos.shadow, dict.fromkeys(named, True), known)

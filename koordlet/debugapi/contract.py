@@ -12,7 +12,8 @@ Read-only endpoints (GET):
     "feature_gates_not_implemented": [name, ...] (gates this koordlet has no code for: always off, and
     naming one ``=true`` fails the start),
     "probes": [{"name", "supported": bool, "reason"}],
-    "companion": {"address", "nodeslo_connected": bool, "reports_failing": bool} | null}``
+    "companion": {"address", "nodeslo_connected": bool, "reports_failing": bool} | null,
+    "shadow": <the /v1/shadow document> | null}``
 ``/v1/pods``
     ``{"pods": [{"namespace", "name", "uid", "qos", "kube_qos", "priority_class", "priority", "phase",
     "source", "cgroup_dir", "containers": [{"name", "id", "cgroup_dir",
@@ -28,8 +29,14 @@ Read-only endpoints (GET):
 ``/v1/slo``
     ``{"origin", "generation", "rejected": str | null, "spec": <NodeSLO spec JSON>}``
 ``/v1/qos``
-    ``{"strategies": [{"name", "enabled": bool, "interval_seconds", "last": <Decision.to_json()> | null}],
-    "history": [<Decision.to_json()>, ...]}`` (history: the decisions that acted, oldest first)
+    ``{"strategies": [{"name", "enabled": bool, "interval_seconds", "shadow": bool,
+    "last": <Decision.to_json()> | null}], "history": [<Decision.to_json()>, ...]}`` (history: the decisions that
+    acted, oldest first).  A decision holds ``"shadow": bool`` and ``"intended": [str]``: in shadow mode, what
+    the round would have done ("would set <file> to <value> because <owner>", "would evict <pod> because ...").
+``/v1/shadow``
+    ``{"default": bool, "strategies": {name: bool} (the strategies' own settings), "effective": {name: bool},
+    "no_shadow_path": [name, ...]}`` (strategies that do not run at all while in shadow mode); 404 without a
+    QoS manager.
 ``/v1/hooks?limit=<n>`` (default 100)
     ``{"hooks": [<hook names in order>], "calls": [{"at", "stage", "pod", "container", "transport",
     "duration_ms", "ok": bool, "errors": [str], "adjustment": {field: value}}]}`` (newest last)
@@ -49,6 +56,9 @@ Read-only endpoints (GET):
 Admin endpoints (POST, explicit actions only):
 
 ``/v1/admin/log-level`` with body ``{"level": "debug"|"info"|"warning"|"error"}`` -> ``{"level"}``
+``/v1/admin/shadow`` with body ``{"strategy": <name> | null, "shadow": true | false | null}`` -> the
+    ``/v1/shadow`` document: puts one strategy (null: the default of every strategy without a setting of its own)
+    in shadow or active mode, from its next round on; ``"shadow": null`` drops the strategy's own setting.
 """
 
 from __future__ import annotations
@@ -84,7 +94,9 @@ EVICTIONS: Final = "/v1/evictions"
 CGROUP: Final = "/v1/cgroup"
 PROBES: Final = "/v1/probes"
 PROFILE: Final = "/v1/profile"
+SHADOW: Final = "/v1/shadow"
 ADMIN_LOG_LEVEL: Final = "/v1/admin/log-level"
+ADMIN_SHADOW: Final = "/v1/admin/shadow"
 
 DEFAULT_METRICS_WINDOW_SECONDS: Final = 60
 DEFAULT_LIMIT: Final = 100

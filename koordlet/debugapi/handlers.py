@@ -62,6 +62,16 @@ class DecisionView(Protocol):
     def history(self) -> list[Decision]: ...
 
 
+class ShadowView(Protocol):
+    """Shadow mode's switches (:class:`~koordlet.qosmanager.shadow.ShadowModes`)."""
+
+    def shadow(self, strategy: str) -> bool: ...
+
+    def set(self, strategy: str | None, shadow: bool | None) -> None: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class DebugSources:
     """Everything the endpoints read; the agent builds it from its parts (``koordlet.daemon.agent``)."""
@@ -94,6 +104,10 @@ class DebugSources:
     """The logger ``/v1/admin/log-level`` sets the level of."""
     refused: Callable[[str], Sequence[str]] = lambda _uid: ()
     """The pod's (by uid) labels and annotations the tenant policy refused, one ``key: field: reason`` each."""
+    shadow: ShadowView | None = None
+    """Shadow mode's switches; None: this koordlet runs every strategy in active mode, always."""
+    no_shadow_path: Sequence[str] = ()
+    """Strategies that do not run at all while in shadow mode (no shadow path for their writes yet)."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +163,8 @@ def status(sources: DebugSources, request: Request) -> dict[str, Any]:
             "feature_gates": {name: bool(on) for name, on in sorted(sources.feature_gates.items())},
             "feature_gates_not_implemented": sorted(gates.NOT_IMPLEMENTED),
             "probes": [_probe_json(p) for p in sources.probes()],
-            "companion": dict(companion) if (companion := sources.companion()) is not None else None}
+            "companion": dict(companion) if (companion := sources.companion()) is not None else None,
+            "shadow": _shadow_json(sources) if sources.shadow is not None else None}
 
 
 def pods(sources: DebugSources, request: Request) -> dict[str, Any]:
@@ -195,8 +210,9 @@ def qos(sources: DebugSources, request: Request) -> dict[str, Any]:
             log.debug("strategy enabled() failed", extra={"strategy": strategy.name, "error": repr(exc)})
             enabled = False
         last = sources.decisions.last(strategy.name)
+        shadow = sources.shadow.shadow(strategy.name) if sources.shadow is not None else False
         rows.append({"name": strategy.name, "enabled": enabled, "interval_seconds": strategy.interval(),
-                     "last": last.to_json() if last is not None else None})
+                     "shadow": shadow, "last": last.to_json() if last is not None else None})
     return {"strategies": rows, "history": [d.to_json() for d in sources.decisions.history()]}
 
 
@@ -270,6 +286,39 @@ def log_level(sources: DebugSources, request: Request) -> dict[str, Any]:
     return {"level": level.lower()}
 
 
+def _shadow_json(sources: DebugSources) -> dict[str, Any]:
+    assert sources.shadow is not None
+    names = [strategy.name for strategy in sources.strategies()]
+    return {**sources.shadow.to_json(), "effective": {name: sources.shadow.shadow(name) for name in names},
+            "no_shadow_path": sorted(sources.no_shadow_path)}
+
+
+def shadow(sources: DebugSources, request: Request) -> dict[str, Any]:
+    if sources.shadow is None:
+        raise ApiError(HTTPStatus.NOT_FOUND, "this koordlet has no shadow mode (no QoS manager)")
+    return _shadow_json(sources)
+
+
+def set_shadow(sources: DebugSources, request: Request) -> dict[str, Any]:
+    body = request.body
+    if not isinstance(body, dict) or set(body) - {"strategy", "shadow"} or "shadow" not in body:
+        raise ApiError(HTTPStatus.BAD_REQUEST,
+                       'expected {"strategy": <name> or null for every strategy, "shadow": true, false or null '
+                       f"(drop the strategy's own setting)}}, got {body!r}")
+    strategy, mode = body.get("strategy"), body["shadow"]
+    if not (strategy is None or isinstance(strategy, str)) or not (mode is None or isinstance(mode, bool)):
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"strategy: a name or null; shadow: true, false or null; got {body!r}")
+    if sources.shadow is None:
+        raise ApiError(HTTPStatus.NOT_FOUND, "this koordlet has no shadow mode (no QoS manager)")
+    try:
+        sources.shadow.set(strategy, mode)
+    except KoordletError as exc:
+        raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+    log.warning("shadow mode switched through the debug API",
+                extra={"strategy": strategy or "(default)", "shadow": mode})
+    return shadow(sources, request)
+
+
 Handler = Callable[[DebugSources, Request], dict[str, Any]]
 
 
@@ -291,7 +340,9 @@ ROUTES: Final[Mapping[str, Route]] = {
     contract.CGROUP: Route("GET", cgroup, frozenset({"pod", "container"})),
     contract.PROBES: Route("GET", probes),
     contract.PROFILE: Route("GET", profile, frozenset({"seconds", "interval_ms"})),
+    contract.SHADOW: Route("GET", shadow),
     contract.ADMIN_LOG_LEVEL: Route("POST", log_level),
+    contract.ADMIN_SHADOW: Route("POST", set_shadow),
 }
 
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from koordlet.config.types import WorkloadConfig
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.resourceexecutor.audit import AuditEntry, Auditor
+from koordlet.resourceexecutor.sink import NULL_SINK, WriteSink
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.streaklog import Streak
 from koordlet.system.layout import CgroupLayout
@@ -67,12 +68,13 @@ class Backend(Protocol):
 
 
 class DryRunBackend:
-    """Records evictions without acting (an operator trying thresholds out)."""
+    """``qos.evictor: dry-run``: every strategy's evictions in shadow mode (:meth:`Evictions.evict` records them
+    as intended and never calls this backend)."""
 
     name = "dry-run"
 
     def evict(self, pod: PodMeta, reason: str, message: str) -> None:
-        log.warning("dry-run: pod not evicted", extra={"pod": pod.pod.key, "reason": reason, "detail": message})
+        raise EvictionFailed("the dry-run evictor launches nothing")
 
 
 class KillBackend:
@@ -181,8 +183,8 @@ class Pending:
 
 @dataclass(frozen=True)
 class EvictionAttempt:
-    """One eviction launched or failed; ``outcome`` is ``evicted``, ``dry-run`` or ``failed`` (the error
-    is then appended to ``message``)."""
+    """One eviction launched or failed; ``outcome`` is ``evicted``, ``intended`` (shadow mode: decided, not
+    launched) or ``failed`` (the error is then appended to ``message``)."""
 
     at: float
     pod: str
@@ -202,10 +204,12 @@ class Evictions:
 
     def __init__(self, backend: Backend, clock: Callable[[], float], audit: Auditor | None = None,
                  on_evicted: Callable[[str, PodMeta], None] | None = None,
-                 pending_timeout_seconds: float = PENDING_TIMEOUT_SECONDS, history: int = EVICTION_HISTORY) -> None:
+                 pending_timeout_seconds: float = PENDING_TIMEOUT_SECONDS, history: int = EVICTION_HISTORY,
+                 metrics: WriteSink = NULL_SINK) -> None:
         self.backend = backend
         self._clock = clock
         self._audit = audit
+        self._metrics = metrics
         self._on_evicted = on_evicted
         self._timeout = pending_timeout_seconds
         self._lock = threading.Lock()
@@ -216,13 +220,21 @@ class Evictions:
         PodDisruptionBudget may block it for minutes), logged when the streak starts and when it ends.
         Bounded by :data:`FAILING_PODS_KEPT`."""
 
-    def evict(self, pod: PodMeta, reason: str, message: str) -> bool:
+    def evict(self, pod: PodMeta, reason: str, message: str, shadow: str | None = None) -> bool:
         """Launches the eviction of ``pod``; False (logged, audited) when the backend failed, and
         :class:`EvictionUnreachable` (logged, audited) when it failed because the way to evict is down.  A pod
-        already pending is not evicted twice."""
+        already pending is not evicted twice.
+
+        ``shadow``: the strategy deciding it is in shadow mode (so is every strategy with the dry-run
+        evictor).  Nothing is launched; the eviction is recorded, audited and counted as intended, and the pod
+        is pending as if it had been evicted, so the strategy's next rounds decide as they would have after a
+        real eviction (no second victim for the same shortage)."""
         with self._lock:
             if pod.uid in self._pending:
                 return True
+        if shadow is not None or isinstance(self.backend, DryRunBackend):
+            self._intend(pod, reason, message, shadow or self.backend.name)
+            return True
         try:
             self.backend.evict(pod, reason, message)
         except (EvictionFailed, OSError) as exc:
@@ -237,10 +249,19 @@ class Evictions:
             streak.ok("pod eviction launched after failing", extra={"pod": pod.pod.key, "eviction": reason})
         with self._lock:
             self._pending[pod.uid] = Pending(pod.uid, pod.pod.key, reason, self._clock())
-        self._record(pod, reason, message, "evicted" if self.backend.name != "dry-run" else "dry-run", None)
+        self._record(pod, reason, message, "evicted", None)
         if self._on_evicted is not None:
             self._on_evicted(reason, pod)
         return True
+
+    def _intend(self, pod: PodMeta, reason: str, message: str, strategy: str) -> None:
+        log.info("shadow mode: pod not evicted", extra={"pod": pod.pod.key, "eviction": reason, "detail": message,
+                                                        "strategy": strategy})
+        with self._lock:
+            self._pending[pod.uid] = Pending(pod.uid, pod.pod.key, reason, self._clock())
+        dry_run = isinstance(self.backend, DryRunBackend)
+        self._record(pod, reason, message, "intended", None, backend=self.backend.name if dry_run else "shadow")
+        self._metrics.intended("evict", strategy)
 
     def _failure_streak(self, uid: str) -> Streak:
         streak = self._failing.get(uid)
@@ -250,15 +271,17 @@ class Evictions:
             streak = self._failing[uid] = Streak(log, self._clock)
         return streak
 
-    def _record(self, pod: PodMeta, reason: str, message: str, outcome: str, error: str | None) -> None:
+    def _record(self, pod: PodMeta, reason: str, message: str, outcome: str, error: str | None,
+                backend: str | None = None) -> None:
         shown = message if error is None else f"{message}; failed: {error}"
-        attempt = EvictionAttempt(self._clock(), pod.pod.key, reason, shown, outcome, self.backend.name)
+        backend = backend or self.backend.name
+        attempt = EvictionAttempt(self._clock(), pod.pod.key, reason, shown, outcome, backend)
         with self._lock:
             self._recent.append(attempt)
         if self._audit is not None:
             self._audit.record(AuditEntry(path=pod.cgroup_dir, resource="eviction", old=None,
                                           new=f"{pod.pod.key} {reason}: {message}",
-                                          owner=f"evictor:{self.backend.name}", outcome=outcome, error=error))
+                                          owner=f"evictor:{backend}", outcome=outcome, error=error))
 
     def pending(self, pods: Iterable[PodMeta]) -> set[str]:
         """UIDs of pods whose eviction was launched and that are still present (and not terminated), and of

@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.config.types import CollectorConfig, QoSManagerConfig
 from koordlet.metriccache import MetricCache
-from koordlet.qosmanager.evictor import Evictions
-from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import CgroupUpdate, Result
-from koordlet.statesinformer.framework import StatesInformer
+from koordlet.statesinformer.framework import PodMeta, StatesInformer
 from koordlet.streaklog import Streak
+from koordlet.system.cgroupfile import CgroupFile
 from koordlet.system.kubepaths import CgroupDriver
 from koordlet.system.layout import CgroupLayout
 
@@ -45,6 +44,28 @@ class Executor(Protocol):
     def forget(self, path: str | None = None) -> None:
         """Drops the remembered value of ``path`` (changed behind the executor's back) so the next
         apply writes it again instead of skipping it as unchanged."""
+        ...
+
+
+class Reader(Protocol):
+    """Current cgroup values as strategies read them (:class:`~koordlet.qosmanager.reader.CgroupReader`, or a
+    strategy's shadow-mode view of it)."""
+
+    def path(self, resource: CgroupFile | str, rel_dir: str) -> str:
+        ...
+
+    def read(self, resource: CgroupFile | str, rel_dir: str) -> Any:
+        ...
+
+
+class Evictor(Protocol):
+    """The evictor as strategies see it (:class:`~koordlet.qosmanager.evictor.Evictions`, or a strategy's
+    shadow-mode view of it)."""
+
+    def evict(self, pod: PodMeta, reason: str, message: str) -> bool:
+        ...
+
+    def pending(self, pods: Iterable[PodMeta]) -> set[str]:
         ...
 
 
@@ -92,6 +113,10 @@ class Decision:
     """What it did; a plain word naming an :class:`Action` is accepted and converted."""
     summary: str
     numbers: Mapping[str, Any] = field(default_factory=dict)
+    shadow: bool = False
+    """Decided in shadow mode: nothing was written or evicted."""
+    intended: tuple[str, ...] = ()
+    """In shadow mode, what the round would have done ("would set ... because ...")."""
 
     def __post_init__(self) -> None:
         # Action(member) is the member itself; Action("none") converts (and refuses a word not in the enum).
@@ -99,7 +124,7 @@ class Decision:
 
     def to_json(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "at": self.at, "action": self.action.value, "summary": self.summary,
-                "numbers": dict(self.numbers)}
+                "numbers": dict(self.numbers), "shadow": self.shadow, "intended": list(self.intended)}
 
 
 class Decider:
@@ -195,8 +220,8 @@ class Options:
     informer: StatesInformer
     cache: MetricCache
     executor: Executor
-    evictor: Evictions
-    reader: CgroupReader
+    evictor: Evictor
+    reader: Reader
     config: QoSManagerConfig
     collector: CollectorConfig
     gates: Mapping[str, bool]

@@ -158,9 +158,10 @@ def split_usage(usage: PodUsage, pods: Sequence[PodMeta], select: Callable[[PodM
 def write_outcomes(results: Iterable[Result]) -> dict[str, int]:
     """A batch's results counted by outcome, under the names decisions report them with."""
     counted = Counter(r.outcome for r in results)
-    return {"writes": counted[Outcome.WRITTEN], "unchanged": counted[Outcome.SKIPPED_UNCHANGED],
-            "gone": counted[Outcome.GONE], "refused": counted[Outcome.UNSUPPORTED],
-            "invalid": counted[Outcome.INVALID], "failed": counted[Outcome.FAILED]}
+    return {"writes": counted[Outcome.WRITTEN], "intended": counted[Outcome.INTENDED],
+            "unchanged": counted[Outcome.SKIPPED_UNCHANGED], "gone": counted[Outcome.GONE],
+            "refused": counted[Outcome.UNSUPPORTED], "invalid": counted[Outcome.INVALID],
+            "failed": counted[Outcome.FAILED]}
 
 
 def write_problems(results: Iterable[Result]) -> list[str]:

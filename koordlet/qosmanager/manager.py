@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.component import Worker
 from koordlet.qosmanager.framework import Action, Decision, Options, Strategy
+from koordlet.qosmanager.shadow import Shadow, StrategyWriters
 from koordlet.statesinformer.nodeslo import FileNodeSLOSource, NodeSLOHolder
 from koordlet.streaklog import Streak
 
@@ -33,10 +35,14 @@ class QoSManager:
     name = "qosmanager"
 
     def __init__(self, options: Options, strategies: Sequence[Strategy], holder: NodeSLOHolder,
-                 source: FileNodeSLOSource | None = None, monotonic: Callable[[], float] | None = None) -> None:
+                 source: FileNodeSLOSource | None = None, monotonic: Callable[[], float] | None = None,
+                 shadow: Shadow | None = None) -> None:
         self.options = options
         self.holder = holder
         self.source = source
+        self.shadow = shadow
+        """Shadow mode (None: every strategy always active); its strategies must be built by
+        ``build_strategies(..., shadow=shadow)``."""
         self._monotonic = monotonic or time.monotonic
         self._slots = [_Slot(s, options.clock) for s in strategies]
         self._worker = Worker("qosmanager")
@@ -78,8 +84,16 @@ class QoSManager:
             enabled = strategy.enabled(spec)
             if not enabled and not slot.was_enabled:
                 return
+            writers = self._begin_shadow_round(strategy.name)
+            if writers is not None and writers.shadow and strategy.name in self._no_shadow_path:
+                decision = Decision(strategy.name, self.options.clock(), Action.SKIP,
+                                    "shadow mode: not run, its writes have no shadow path yet", shadow=True)
+                self.options.decisions.record(decision)
+                return
             # One last round with enabled=False lets a strategy undo what it did (recover BE's cpuset).
             decision = strategy.run_once(spec, enabled)
+            if writers is not None and writers.shadow:
+                decision = replace(decision, shadow=True, intended=tuple(writers.intended))
             slot.was_enabled = enabled
             slot.errors.ok("QoS strategy runs again", extra={"strategy": strategy.name})
         except Exception as exc:
@@ -89,6 +103,19 @@ class QoSManager:
             decision = Decision(strategy.name, self.options.clock(), Action.ERROR, f"{type(exc).__name__}: {exc}")
         self.options.decisions.record(decision)
         self.options.metrics.strategy_run(strategy.name, time.perf_counter() - started, ok)
+
+    def _begin_shadow_round(self, strategy: str) -> StrategyWriters | None:
+        """The strategy's writers, switched to the mode in force now; None without shadow mode."""
+        if self.shadow is None:
+            return None
+        writers = self.shadow.writers.get(strategy)
+        if writers is not None:
+            writers.begin_round(self.shadow.modes.shadow(strategy))
+        return writers
+
+    @property
+    def _no_shadow_path(self) -> frozenset[str]:
+        return self.shadow.unsupported if self.shadow is not None else frozenset()
 
     # --------------------------------------------------------------------------------- component
 

@@ -19,6 +19,7 @@ from koordlet.qosmanager.plugins import (
     resctrl,
     sysreconcile,
 )
+from koordlet.qosmanager.shadow import Shadow
 
 KIND = "QoS strategy"
 StrategyPlugin = plugins.Plugin[Options, Strategy]
@@ -42,7 +43,16 @@ def registry(strategies: Iterable[StrategyPlugin] = PLUGINS) -> Mapping[str, Str
     return plugins.table(KIND, strategies)
 
 
-def build_strategies(options: Options, strategies: Iterable[StrategyPlugin] = PLUGINS) -> list[Strategy]:
+NO_SHADOW_PATH: frozenset[str] = frozenset({coresched.NAME, netqos.NAME, resctrl.NAME, sysreconcile.NAME})
+"""Strategies writing through more than the cgroup executor and the evictor (core-scheduling cookies, tc,
+resctrl groups, sysctls), which shadow mode cannot yet record: in shadow mode they do not run."""
+
+
+def build_strategies(options: Options, strategies: Iterable[StrategyPlugin] = PLUGINS,
+                     shadow: Shadow | None = None) -> list[Strategy]:
     """One instance of every strategy, in run order (each checks its feature gates itself every round:
-    one switched off must still get its last round to undo what it did)."""
-    return plugins.build(KIND, strategies, options)
+    one switched off must still get its last round to undo what it did).  With ``shadow``, each gets an
+    executor and evictor of its own, which the manager switches to shadow mode round by round."""
+    if shadow is None:
+        return plugins.build(KIND, strategies, options)
+    return [plugin.new(shadow.options_for(name, options)) for name, plugin in registry(strategies).items()]

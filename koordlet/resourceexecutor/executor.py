@@ -94,6 +94,16 @@ class _PathLock:
         """Writers holding or waiting for ``lock``; counted under the executor's state lock."""
 
 
+def _holds(p: Prepared, current: str) -> bool:
+    """Whether a file holding ``current`` holds ``p``'s text already: its device's line, in a per-device file;
+    else the text's words first (cgroup v2's ``cpu.max`` takes ``max`` and then reads ``max 100000``)."""
+    if p.target == p.path:
+        words = p.text.split()
+        return current.split()[:len(words)] == words
+    text = p.text.strip()
+    return any(line.strip() == text for line in current.splitlines())
+
+
 def _version_of(layout: CgroupLayout, resource: CgroupFile) -> int | None:
     try:
         return resource.version(layout)
@@ -145,6 +155,8 @@ class ResourceExecutor:
         round (cpuburst's bursts, cpusuppress's cpusets over 1,000 containers): while the ledger did not change
         since and the oldest of the batch's writes is within the force-update window, it gets the same answers
         whole.  An entry holds its updates, so their ids are not reused while it is kept."""
+        self._intended: dict[str, tuple[str, float]] = {}
+        """Shadow mode: target -> (text, when audited) of the values :meth:`intend` reported."""
 
     # ------------------------------------------------------------------------------------------- public
 
@@ -160,6 +172,58 @@ class ResourceExecutor:
                 return self._apply_locked(batch)
         with self._lock:
             return self._apply_locked(batch)
+
+    def intend(self, updates: Iterable[CgroupUpdate], strategy: str) -> list[Result]:
+        """Shadow mode's :meth:`apply`: each update resolved, validated and rendered as ``apply`` does and its
+        file read, and nothing written.  A value the file holds already is ``SKIPPED_UNCHANGED``; any other is
+        ``INTENDED``, audited as intended (the file's value, the one ``strategy`` wants, the owner) and counted,
+        once per force-update window while it stays the same: a node left in shadow mode for a day keeps a
+        readable audit.  What was written stays unknown to the tables, so switching to active mode writes
+        everything due at once.  Not modelled: a v1 CFS quota capped to its parents', and the top-down merge
+        of a leveled value (``apply`` does both only as it writes)."""
+        batch = list(updates)
+        with self._lock:
+            now = self._clock()
+            prepared = [self._prepared_for(index, update) for index, update in enumerate(batch)]
+        results: list[Result] = []
+        for p in prepared:
+            if isinstance(p, Result):
+                results.append(p)
+                continue
+            current = self._read_quietly(p.path)
+            if current is not None and _holds(p, current):
+                results.append(Result(p.update, Outcome.SKIPPED_UNCHANGED, p.path, p.text))
+                continue
+            results.append(Result(p.update, Outcome.INTENDED, p.path, p.text))
+            with self._lock:
+                fresh = self._note_intended(p.target, p.text, now)
+            if not fresh:
+                continue
+            self._metrics.intended(p.key, strategy)
+            if self._audit is not None:
+                self._audit.record(AuditEntry(p.path, p.key, current, p.text, p.update.owner,
+                                              Outcome.INTENDED.value))
+        return results
+
+    def _prepared_for(self, index: int, update: CgroupUpdate) -> Prepared | Result:
+        """``update`` resolved and validated, from the memo when it was before (under the state lock)."""
+        key = (update.resource.key, update.rel_dir, type(update.value), update.value)
+        try:
+            done = self._prepared.get(key)
+        except TypeError:  # an unhashable value
+            return self._prepare(index, update, None)
+        return done._replace(position=index, update=update) if done is not None else self._prepare(index, update, key)
+
+    def _note_intended(self, target: str, text: str, now: float) -> bool:
+        """Whether an intended ``text`` for ``target`` is news: another text, or the same one reported more
+        than a force-update window ago (under the state lock)."""
+        known = self._intended.get(target)
+        if known is not None and known[0] == text and now - known[1] < self._ledger.force_update_seconds:
+            return False
+        if len(self._intended) >= _PREPARED_MEMO_SIZE:
+            self._intended.clear()
+        self._intended[target] = (text, now)
+        return True
 
     def _fit_v1_quota(self, p: Prepared, planned: dict[str, str]) -> Prepared:
         """cgroup v1 refuses a CFS quota above the parent's (:mod:`.cfsquota`): ``p`` capped to what its

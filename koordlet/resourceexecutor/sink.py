@@ -14,11 +14,17 @@ class WriteSink(Protocol):
     def observe(self, kind: str, ok: bool, seconds: float) -> None:
         """One write of kind ``kind`` (a cgroup resource key, ``resctrl_schemata``...) took ``seconds``."""
 
+    def intended(self, kind: str, strategy: str) -> None:
+        """Shadow mode: ``strategy`` would have written a value of kind ``kind``, and nothing was written."""
+
 
 class NullSink:
     """The sink of an executor nobody measures."""
 
     def observe(self, kind: str, ok: bool, seconds: float) -> None:
+        return None
+
+    def intended(self, kind: str, strategy: str) -> None:
         return None
 
 

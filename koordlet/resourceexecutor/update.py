@@ -27,6 +27,8 @@ class Outcome(enum.Enum):
     multi-task request, every task already was where it should be)."""
     DONE = "done"
     """A call that writes no value succeeded (a ``prctl`` reading or moving a core-scheduling cookie)."""
+    INTENDED = "intended"
+    """Shadow mode: the value would have been written (the file holds another), and was not; audited as such."""
     UNSUPPORTED = "unsupported"
     """The kernel lacks the file or feature, or refused the value with EINVAL; not retried before the
     backoff ends unless the value changes."""
@@ -38,7 +40,7 @@ class Outcome(enum.Enum):
     """Any other error (EACCES/EPERM, EBUSY, ENOSPC, EIO...)."""
 
 
-_OK = (Outcome.WRITTEN, Outcome.SKIPPED_UNCHANGED, Outcome.DONE)
+_OK = (Outcome.WRITTEN, Outcome.SKIPPED_UNCHANGED, Outcome.DONE, Outcome.INTENDED)
 """A tuple: ``in`` matches members by identity, where a set would call Enum's ``__hash__`` (Python code)
 for every one of the thousands of results of a round."""
 

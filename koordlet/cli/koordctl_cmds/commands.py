@@ -66,13 +66,19 @@ def status_table(doc: Document, now: float) -> str:
         companion_text = f"{render.text(companion.get('address'))} ({link}, {reports})"
     else:
         companion_text = "none"
-    parts = [_fields([
+    fields = [
         ("Node", render.text(doc.get("node"))),
         ("Version", f"{render.text(doc.get('version'))} (pid {render.text(doc.get('pid'))})"),
         ("Mode", render.text(doc.get("mode"))),
         ("Uptime", render.duration(doc.get("uptime_seconds"))),
         ("Companion", companion_text),
-    ])]
+    ]
+    shadow = doc.get("shadow")
+    if isinstance(shadow, Mapping):
+        effective = shadow.get("effective")
+        names = [str(n) for n, on in effective.items() if on is True] if isinstance(effective, Mapping) else []
+        fields.append(("Shadow mode", ", ".join(names) if names else "none (every strategy active)"))
+    parts = [_fields(fields)]
     parts.append(render.table(("COMPONENT", "RUNNING"),
                               ((render.text(c.get("name")), render.text(c.get("running")))
                                for c in _items(doc, "components"))))
@@ -198,18 +204,29 @@ def slo_table(doc: Document, now: float) -> str:
 
 # --- qos ----------------------------------------------------------------------------------------------
 
-QOS_HEADER: Final = ("STRATEGY", "ENABLED", "LAST-ACTION", "AGE", "SUMMARY")
+QOS_HEADER: Final = ("STRATEGY", "ENABLED", "MODE", "LAST-ACTION", "AGE", "SUMMARY")
+
+
+def _mode(shadow: Any) -> str:
+    return "shadow" if shadow is True else "active"
 
 
 def qos_table(doc: Document, now: float) -> str:
     rows = []
+    intended: list[str] = []
     for strategy in _items(doc, "strategies"):
         last = strategy.get("last")
         last = last if isinstance(last, Mapping) else {}
         rows.append((render.text(strategy.get("name")), render.text(strategy.get("enabled")),
-                     render.text(last.get("action")), render.age(last.get("at"), now),
+                     _mode(strategy.get("shadow")), render.text(last.get("action")), render.age(last.get("at"), now),
                      render.text(last.get("summary") or None)))
+        sentences = last.get("intended")
+        if last.get("shadow") is True and isinstance(sentences, list) and sentences:
+            intended += [f"  {render.text(strategy.get('name'))}: {render.text(s)}" for s in sentences]
     out = render.table(QOS_HEADER, rows)
+    if intended:
+        out += "\nShadow mode, the last rounds would have (nothing was written or evicted):\n" + "\n".join(intended)
+        out += "\n"
     history = _items(doc, "history")
     if history:
         recent = history[-RECENT_ACTIONS:]
@@ -351,6 +368,43 @@ def _add_profile(parser: argparse.ArgumentParser) -> None:
                              "speedscope")
 
 
+# --- shadow -------------------------------------------------------------------------------------------
+
+SHADOW_HEADER: Final = ("STRATEGY", "MODE", "SET-BY")
+_SWITCHES: Final = {"on": True, "off": False, "default": None}
+
+
+def fetch_shadow(client: DebugClient, args: argparse.Namespace) -> Document:
+    if args.mode is None:
+        if args.strategy is not None:
+            raise KoordletError("koordctl shadow STRATEGY: say on, off or default")
+        return client.get(contract.SHADOW)
+    strategy = None if args.strategy in (None, "all") else args.strategy
+    if strategy is None and args.mode == "default":
+        raise KoordletError("koordctl shadow all: on or off (only one strategy's own setting can be dropped)")
+    return client.post(contract.ADMIN_SHADOW, {"strategy": strategy, "shadow": _SWITCHES[args.mode]})
+
+
+def shadow_table(doc: Document, now: float) -> str:
+    effective = doc.get("effective")
+    own = doc.get("strategies")
+    own = own if isinstance(own, Mapping) else {}
+    unsupported = set(doc.get("no_shadow_path") or ())
+    rows = []
+    for name, shadow in (effective.items() if isinstance(effective, Mapping) else ()):
+        note = " (not run: no shadow path yet)" if shadow is True and name in unsupported else ""
+        rows.append((render.text(name), _mode(shadow), ("own" if name in own else "default") + note))
+    return f"default: {_mode(doc.get('default'))}\n" + render.table(SHADOW_HEADER, rows)
+
+
+def _add_shadow(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("strategy", nargs="?", help="a strategy, or all (the default of every strategy without a "
+                                                    "setting of its own)")
+    parser.add_argument("mode", nargs="?", choices=tuple(_SWITCHES),
+                        help="on: shadow mode (decide, write nothing); off: active; default: drop the strategy's "
+                             "own setting.  Takes effect in the strategy's next round.")
+
+
 def _simple(path: str, **query_args: str) -> Callable[[DebugClient, argparse.Namespace], Document]:
     """Fetch ``path`` with the query parameters named by ``query_args`` (query name -> attribute of args)."""
 
@@ -379,4 +433,6 @@ COMMANDS: Final[tuple[Command, ...]] = (
             fetch_cgroup, cgroup_table, _add_pod),
     Command("profile", "where the daemon's CPU goes: sample its threads for N seconds",
             fetch_profile, profile_table, _add_profile),
+    Command("shadow", "shadow mode per strategy; STRATEGY|all on|off|default switches it at run time",
+            fetch_shadow, shadow_table, _add_shadow),
 )

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -36,6 +37,7 @@ from koordlet.qosmanager.evictor import Backend, Evictions, KillBackend
 from koordlet.qosmanager.framework import Decision, DecisionLog, Options
 from koordlet.qosmanager.plugins.memoryevict import MemoryEvict
 from koordlet.qosmanager.reader import CgroupReader
+from koordlet.qosmanager.shadow import Shadow, ShadowModes
 from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from koordlet.statesinformer.reservation import Reservation
@@ -350,3 +352,30 @@ def test_no_second_eviction_while_the_first_is_pending(rig_factory: Callable[[st
     assert after and all(d.action == "none" and "covered by 1 pending" in d.summary for d in after), \
         [d.summary for d in after]
     assert all(alive(p) for p in pids.values())  # the recording backend never killed anything
+
+
+def test_in_shadow_mode_the_eviction_is_decided_and_nothing_is_killed(rig_factory: Callable[[str], Rig]) -> None:
+    """The scenario of the test above, with the kill backend and memoryevict in shadow mode: the same decisions
+    (one eviction of the growing pod, then the pressure covered by it as pending), and every process alive."""
+    rig = rig_factory("kill")
+    options = rig.strategy.options
+    shadow = Shadow(ShadowModes(default=True), cast(ResourceExecutor, options.executor),
+                    cast(Evictions, options.evictor))
+    rig.strategy = MemoryEvict(shadow.options_for("memoryevict", options))
+    shadow.writers["memoryevict"].begin_round(True)  # every round of this rig's loop is a shadow round
+    pids = populate(rig, grow_max=260 * MIB)
+    rig.advisor.run_once(force=True)
+    rig.start(slo())
+    give_up = time.monotonic() + GROW_SECONDS
+    while time.monotonic() < give_up and not (
+            rig.evictions() and time.monotonic() > rig.evictions()[0][0] + COOL + 2 * INTERVAL):
+        time.sleep(0.1)
+    rig.halt()
+    (_, decided), *later = rig.evictions()
+    assert not later and [e["pod"] for e in decided.numbers["evicted"]] == ["default/be1"], decided.summary
+    after = [d for t, d in rig.decisions if t >= rig.evictions()[0][0] + COOL]
+    assert after and all(d.action == "none" and "covered by 1 pending" in d.summary for d in after), \
+        [d.summary for d in after]
+    assert all(alive(p) for p in pids.values())  # decided, and nothing killed
+    (attempt,) = cast(Evictions, options.evictor).recent(10)
+    assert (attempt.pod, attempt.outcome, attempt.backend) == ("default/be1", "intended", "shadow")

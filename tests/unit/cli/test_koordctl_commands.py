@@ -126,10 +126,14 @@ PROFILE_DOC: dict[str, Any] = {
                  {"function": "koordlet.native.read", "cpu_seconds": 0.01}],
     "top_total": [{"function": "koordlet.qosmanager.manager.Manager.run", "cpu_seconds": 0.04}],
 }
+SHADOW_DOC: dict[str, Any] = {
+    "default": False, "strategies": {"cpuevict": True, "resctrl": True},
+    "effective": {"cpusuppress": False, "cpuevict": True, "resctrl": True}, "no_shadow_path": ["resctrl"],
+}
 DOCUMENTS: dict[str, dict[str, Any]] = {
     contract.STATUS: STATUS_DOC, contract.PODS: PODS_DOC, contract.METRICS: METRICS_DOC, contract.SLO: SLO_DOC,
     contract.QOS: QOS_DOC, contract.HOOKS: HOOKS_DOC, contract.EVICTIONS: EVICTIONS_DOC,
-    contract.PROFILE: PROFILE_DOC,
+    contract.PROFILE: PROFILE_DOC, contract.SHADOW: SHADOW_DOC,
 }
 
 # command argv -> (path asked, document answered)
@@ -143,6 +147,7 @@ CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
     "evictions": (["evictions"], EVICTIONS_DOC),
     "cgroup": (["cgroup", "default/web", "nginx"], CGROUP_DOC),
     "profile": (["profile", "--seconds", "2"], PROFILE_DOC),
+    "shadow": (["shadow"], SHADOW_DOC),
 }
 
 
@@ -153,6 +158,8 @@ class FakeApi:
     socket_path: str
     routes: dict[str, Callable[[dict[str, str]], tuple[int, Any]]] = field(default_factory=dict)
     requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    posted: list[tuple[str, Any]] = field(default_factory=list)
+    """(path, JSON body) of every POST."""
     raw: bytes | None = None
     """When set, the body of every answer as is (for malformed answers)."""
 
@@ -167,6 +174,11 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.api.posted.append((urlsplit(self.path).path, body))
+        self.do_GET()
 
     def do_GET(self) -> None:
         api = self.server.api
@@ -296,6 +308,15 @@ def test_status_table_marks_gates_not_implemented(api: FakeApi, capsys: pytest.C
                                             ["BECPUSuppress", "yes", "yes"], ["Libpfm4", "no", "no"]]
 
 
+def test_status_table_names_the_strategies_in_shadow_mode(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    api.serve(contract.STATUS, {**STATUS_DOC, "shadow": SHADOW_DOC})
+    _, out, _ = koordctl(api, "status", capsys=capsys)
+    assert "Shadow mode: cpuevict, resctrl" in out.splitlines()
+    api.serve(contract.STATUS, {**STATUS_DOC, "shadow": {**SHADOW_DOC, "effective": {"cpuevict": False}}})
+    _, out, _ = koordctl(api, "status", capsys=capsys)
+    assert "Shadow mode: none (every strategy active)" in out.splitlines()
+
+
 def test_status_table_without_companion(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     api.serve(contract.STATUS, {**STATUS_DOC, "companion": None, "feature_gates": {}, "probes": []})
     code, out, _ = koordctl(api, "status", capsys=capsys)
@@ -371,16 +392,65 @@ def test_qos_table(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = koordctl(api, "qos", capsys=capsys)
     assert code == 0
     assert section(out, "STRATEGY") == [
-        ["STRATEGY", "ENABLED", "LAST-ACTION", "AGE", "SUMMARY"],
-        ["cpusuppress", "yes", "suppress", "5s", "BE limited to 3 CPUs: LS usage 62% of 65% threshold"],
-        ["memoryevict", "no", "-", "-", "-"],
+        ["STRATEGY", "ENABLED", "MODE", "LAST-ACTION", "AGE", "SUMMARY"],
+        ["cpusuppress", "yes", "active", "suppress", "5s", "BE limited to 3 CPUs: LS usage 62% of 65% threshold"],
+        ["memoryevict", "no", "active", "-", "-", "-"],
     ]
+    assert "Shadow mode" not in out
     assert "Recent actions (2 of 2, oldest first):" in out
     assert section(out, "AGE") == [
         ["AGE", "STRATEGY", "ACTION", "SUMMARY"],
         ["2m5s", "cpusuppress", "suppress", "BE limited to 2 CPUs"],
         ["5s", "cpusuppress", "suppress", "BE limited to 3 CPUs: LS usage 62% of 65% threshold"],
     ]
+
+
+def test_qos_table_says_what_shadow_mode_would_have_done(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    would = ["would set /sys/fs/cgroup/cpu/kubepods/besteffort/cpu.cfs_quota_us to '300000' because cpusuppress: be",
+             "would evict batch/spark because EvictPodByNodeMemoryUsage: node memory 78%"]
+    shadowed = {**QOS_DOC["strategies"][0], "shadow": True,
+                "last": {**QOS_DOC["strategies"][0]["last"], "shadow": True, "intended": would}}
+    api.serve(contract.QOS, {**QOS_DOC, "strategies": [shadowed, QOS_DOC["strategies"][1]]})
+    _, out, _ = koordctl(api, "qos", capsys=capsys)
+    assert section(out, "STRATEGY")[1][:3] == ["cpusuppress", "yes", "shadow"]
+    lines = out.splitlines()
+    at = lines.index("Shadow mode, the last rounds would have (nothing was written or evicted):")
+    assert lines[at + 1:at + 3] == [f"  cpusuppress: {sentence}" for sentence in would]
+
+
+def test_shadow_table(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = koordctl(api, "shadow", capsys=capsys)
+    assert code == 0 and api.posted == []
+    assert out.splitlines()[0] == "default: active"
+    assert section(out, "STRATEGY") == [
+        ["STRATEGY", "MODE", "SET-BY"],
+        ["cpusuppress", "active", "default"],
+        ["cpuevict", "shadow", "own"],
+        ["resctrl", "shadow", "own (not run: no shadow path yet)"],
+    ]
+
+
+@pytest.mark.parametrize(("argv", "body"), [
+    (["cpuevict", "off"], {"strategy": "cpuevict", "shadow": False}),
+    (["cpuevict", "default"], {"strategy": "cpuevict", "shadow": None}),
+    (["all", "on"], {"strategy": None, "shadow": True}),
+])
+def test_shadow_switches_at_run_time(api: FakeApi, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                     body: dict[str, Any]) -> None:
+    api.serve(contract.ADMIN_SHADOW, SHADOW_DOC)
+    code, out, _ = koordctl(api, "shadow", *argv, capsys=capsys)
+    assert code == 0 and api.posted == [(contract.ADMIN_SHADOW, body)]
+    assert out.splitlines()[0] == "default: active"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["cpuevict"], "say on, off or default"),
+    (["all", "default"], "only one strategy's own setting can be dropped"),
+])
+def test_shadow_refuses_half_a_switch(api: FakeApi, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                      message: str) -> None:
+    code, _, err = koordctl(api, "shadow", *argv, capsys=capsys)
+    assert code == 1 and message in err and api.posted == []
 
 
 def test_hooks_table(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,6 +25,7 @@ from koordlet.metriccache import names
 from koordlet.metriccache.cache import Labels, pod_labels
 from koordlet.qosmanager.evictor import DryRunBackend, EvictionFailed, Evictions
 from koordlet.qosmanager.framework import Decision, DecisionLog
+from koordlet.qosmanager.shadow import ShadowModes
 from koordlet.resourceexecutor import CgroupUpdate, ResourceExecutor
 from koordlet.runtimehooks.framework import Hook, HookCallRecorder, HookContext, HookRequest, HookRunner, Stage
 from koordlet.statesinformer.framework import PodMeta
@@ -165,7 +166,7 @@ def test_status(world: World, serve: Any) -> None:
         "feature_gates_not_implemented": sorted(gates.NOT_IMPLEMENTED),
         "probes": [{"name": "psi", "supported": True, "reason": "/proc/pressure/cpu readable"},
                    {"name": "perf", "supported": False, "reason": "EACCES"}],
-        "companion": None,
+        "companion": None, "shadow": None,
     }
 
 
@@ -249,11 +250,12 @@ def test_qos_lists_strategies_their_last_decision_and_history(world: World, serv
     code, doc = get(serve(sources_of(world)), contract.QOS)
     assert code == 200
     assert doc["strategies"] == [
-        {"name": "cpusuppress", "enabled": True, "interval_seconds": 1.0,
-         "last": {"strategy": "cpusuppress", "at": 11.0, "action": "none", "summary": "fine", "numbers": {}}},
-        {"name": "memoryevict", "enabled": False, "interval_seconds": 5.0, "last": None}]
+        {"name": "cpusuppress", "enabled": True, "interval_seconds": 1.0, "shadow": False,
+         "last": {"strategy": "cpusuppress", "at": 11.0, "action": "none", "summary": "fine", "numbers": {},
+                  "shadow": False, "intended": []}},
+        {"name": "memoryevict", "enabled": False, "interval_seconds": 5.0, "shadow": False, "last": None}]
     assert doc["history"] == [{"strategy": "cpusuppress", "at": 10.0, "action": "suppress",
-                               "summary": "BE limited", "numbers": {"cores": 3}}]
+                               "summary": "BE limited", "numbers": {"cores": 3}, "shadow": False, "intended": []}]
 
 
 def test_hooks_recent_calls_newest_last(world: World, serve: Any) -> None:
@@ -310,7 +312,7 @@ def test_evictions_recent_attempts(world: World, serve: Any) -> None:
     assert code == 200
     assert doc["evictions"] == [
         {"at": 99.0, "pod": "default/batch", "reason": "BECPUEvict", "message": "node CPU 95%",
-         "outcome": "dry-run", "backend": "dry-run"},
+         "outcome": "intended", "backend": "dry-run"},
         {"at": 100.0, "pod": "default/web", "reason": "BEMemoryEvict",
          "message": "memory 90%; failed: runtime unreachable", "outcome": "failed", "backend": "cri"}]
 
@@ -391,6 +393,46 @@ def test_log_level_rejects_a_bad_level(world: World, serve: Any, body: Any) -> N
     code, doc = post(serve(sources_of(world)), contract.ADMIN_LOG_LEVEL, body)
     assert code == 400 and doc["error"].startswith("level:")
     assert world.logger.level == logging.INFO
+
+
+def test_shadow_mode_is_shown_and_switched_from_the_next_round(world: World, serve: Any) -> None:
+    modes = ShadowModes(known=["cpusuppress", "memoryevict"])
+    path = serve(sources_of(world, shadow=modes, no_shadow_path=["memoryevict"]))
+    code, doc = get(path, contract.SHADOW)
+    assert (code, doc) == (200, {"default": False, "strategies": {}, "effective": {"cpusuppress": False,
+                                                                                 "memoryevict": False},
+                                 "no_shadow_path": ["memoryevict"]})
+    code, doc = post(path, contract.ADMIN_SHADOW, {"strategy": "cpusuppress", "shadow": True})
+    assert code == 200 and doc["strategies"] == {"cpusuppress": True} and modes.shadow("cpusuppress")
+    code, doc = post(path, contract.ADMIN_SHADOW, {"strategy": None, "shadow": True})
+    assert code == 200 and doc["effective"] == {"cpusuppress": True, "memoryevict": True}
+    _, qos = get(path, contract.QOS)
+    assert [row["shadow"] for row in qos["strategies"]] == [True, True]
+    _, status = get(path, contract.STATUS)
+    assert status["shadow"]["effective"] == {"cpusuppress": True, "memoryevict": True}
+    code, doc = post(path, contract.ADMIN_SHADOW, {"strategy": "cpusuppress", "shadow": None})
+    assert code == 200 and doc["strategies"] == {}
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"strategy": "cpusupress", "shadow": True}, "unknown strategy 'cpusupress'"),
+    ({"strategy": "cpusuppress"}, "expected"),
+    ({"strategy": "cpusuppress", "shadow": "yes"}, "shadow: true, false or null"),
+    ({"strategy": None, "shadow": None}, "cannot be dropped"),
+    (["cpusuppress"], "expected"),
+    ({"strategy": "cpusuppress", "shadow": True, "also": 1}, "expected"),
+])
+def test_a_bad_shadow_switch_changes_nothing(world: World, serve: Any, body: Any, message: str) -> None:
+    modes = ShadowModes(known=["cpusuppress", "memoryevict"])
+    code, doc = post(serve(sources_of(world, shadow=modes)), contract.ADMIN_SHADOW, body)
+    assert code == 400 and message in doc["error"]
+    assert modes.to_json() == {"default": False, "strategies": {}}
+
+
+def test_without_a_qos_manager_there_is_no_shadow_mode(world: World, serve: Any) -> None:
+    path = serve(sources_of(world))
+    assert get(path, contract.SHADOW)[0] == 404
+    assert post(path, contract.ADMIN_SHADOW, {"strategy": None, "shadow": True})[0] == 404
 
 
 def test_log_level_default_is_the_real_root_logger(world: World, serve: Any) -> None:

@@ -139,15 +139,47 @@ def test_expired_pod_is_evicted_again() -> None:
     assert len(backend.evicted) == 2
 
 
-def test_dry_run_records_and_counts_as_pending() -> None:
+class CountingSink:
+    def __init__(self) -> None:
+        self.counted: list[tuple[str, str]] = []
+
+    def observe(self, kind: str, ok: bool, seconds: float) -> None:
+        raise AssertionError("nothing was written")
+
+    def intended(self, kind: str, strategy: str) -> None:
+        self.counted.append((kind, strategy))
+
+
+def test_dry_run_is_shadow_mode_for_every_eviction() -> None:
     # A dry run behaves as a real eviction would for the strategies: the pod counts as being released,
     # so thresholds can be tried out without one "would evict" line per round for the same shortage.
-    clock = FakeClock(T0)
-    front, audit = evictions(DryRunBackend(), clock)
+    clock, sink = FakeClock(T0), CountingSink()
+    front, audit = evictions(DryRunBackend(), clock, metrics=sink)
     pod = make_pod("be", "BE")
     assert front.evict(pod, "r", "m")
-    assert audit.entries[0].outcome == "dry-run"
+    assert front.evict(pod, "r", "again")  # pending: recorded once
+    (entry,) = audit.entries
+    assert (entry.outcome, entry.owner) == ("intended", "evictor:dry-run")
     assert front.pending([pod]) == {"uid-be"}
+    assert sink.counted == [("evict", "dry-run")]
+    assert [(a.outcome, a.backend) for a in front.recent(5)] == [("intended", "dry-run")]
+
+
+def test_a_shadow_eviction_launches_nothing_and_is_pending() -> None:
+    clock, backend, sink = FakeClock(T0), RecordingBackend(), CountingSink()
+    seen: list[str] = []
+    front, audit = evictions(backend, clock, metrics=sink, on_evicted=lambda reason, pod: seen.append(reason))
+    shadowed, real = make_pod("be", "BE"), make_pod("be2", "BE")
+    assert front.evict(shadowed, "EvictPodByNodeMemoryUsage", "node memory 78%", shadow="memoryevict")
+    assert backend.evicted == [] and seen == []  # no eviction, and none counted as one
+    assert sink.counted == [("evict", "memoryevict")]
+    assert [(e.outcome, e.owner) for e in audit.entries] == [("intended", "evictor:shadow")]
+    assert front.pending([shadowed, real]) == {"uid-be"}
+    # The same front still evicts for a strategy in active mode.
+    assert front.evict(real, "EvictPodByNodeMemoryUsage", "m")
+    assert backend.evicted == [("default/be2", "EvictPodByNodeMemoryUsage")] and seen == ["EvictPodByNodeMemoryUsage"]
+    clock.advance(PENDING_TIMEOUT_SECONDS + 1)
+    assert front.pending([shadowed]) == set()  # as a real eviction's pod, it may be "evicted" again later
 
 
 def test_on_evicted_callback() -> None:

@@ -559,3 +559,61 @@ def test_each_device_line_of_a_per_device_file_is_remembered_on_its_own(fake_cgr
     assert [res.outcome for res in executor.apply(disks)] == [Outcome.WRITTEN] * 2
     clock.advance(60)
     assert [res.outcome for res in executor.apply(disks)] == [Outcome.WRITTEN] * 2
+
+
+# ------------------------------------------------------------------------------------------ shadow mode
+
+
+class IntendedSink:
+    def __init__(self) -> None:
+        self.counted: list[tuple[str, str]] = []
+
+    def observe(self, kind: str, ok: bool, seconds: float) -> None:
+        raise AssertionError("shadow mode writes nothing")
+
+    def intended(self, kind: str, strategy: str) -> None:
+        self.counted.append((kind, strategy))
+
+
+def test_intend_writes_nothing_and_audits_what_it_would_write(fake_cgroup_host: FakeHost) -> None:
+    fake_cgroup_host.mkdir_cgroup(BE)
+    clock, writer, audit, sink = FakeClock(), RecordingWriter(), MemoryAudit(), IntendedSink()
+    executor = ResourceExecutor(fake_cgroup_host.layout(), clock, audit, sink, writer=writer)
+    before = content(fake_cgroup_host, r.CPU_CFS_QUOTA)
+    quota, same = upd(r.CPU_CFS_QUOTA, 50_000, owner="cpusuppress: be quota"), upd(r.CPU_CFS_QUOTA, -1)
+    assert before in ("-1", "max 100000")  # a fresh cgroup: unlimited
+    results = executor.intend([quota, same, upd(r.CPU_SHARES, -5)], "cpusuppress")
+    assert [res.outcome for res in results] == [Outcome.INTENDED, Outcome.SKIPPED_UNCHANGED, Outcome.INVALID]
+    assert results[0].ok and results[1].ok and not results[2].ok
+    assert writer.attempts == [] and content(fake_cgroup_host, r.CPU_CFS_QUOTA) == before
+    (entry,) = audit.entries
+    assert (entry.old, entry.new, entry.owner, entry.outcome) == (before, results[0].text, "cpusuppress: be quota",
+                                                                  "intended")
+    assert sink.counted == [("cpu_cfs_quota", "cpusuppress")]
+    # The same intention again within the force-update window: answered, not audited or counted again...
+    assert executor.intend([quota], "cpusuppress")[0].outcome is Outcome.INTENDED
+    assert len(audit.entries) == 1 and len(sink.counted) == 1
+    # ... another value is news at once, and the same one again a window later.
+    executor.intend([upd(r.CPU_CFS_QUOTA, 60_000)], "cpusuppress")
+    assert len(audit.entries) == 2
+    clock.advance(61)
+    executor.intend([upd(r.CPU_CFS_QUOTA, 60_000)], "cpusuppress")
+    assert len(audit.entries) == 3 and len(sink.counted) == 3
+
+
+def test_after_shadow_mode_active_mode_writes_what_is_due(fake_cgroup_host: FakeHost) -> None:
+    fake_cgroup_host.mkdir_cgroup(BE)
+    executor, _, writer, _ = make(fake_cgroup_host)
+    executor.intend([upd(r.CPU_CFS_QUOTA, 50_000)], "cpusuppress")
+    (result,) = executor.apply([upd(r.CPU_CFS_QUOTA, 50_000)])
+    assert result.outcome is Outcome.WRITTEN and len(writer.writes) == 1
+
+
+def test_intend_knows_a_device_line_already_in_place(fake_cgroup_host: FakeHost) -> None:
+    fake_cgroup_host.mkdir_cgroup(BE)
+    executor, _, writer, audit = make(fake_cgroup_host)
+    executor.apply([upd(r.BLKIO_READ_BPS, (8, 0, 100)), upd(r.BLKIO_READ_BPS, (8, 16, 200))])
+    writes = len(writer.writes)
+    held, changed = executor.intend([upd(r.BLKIO_READ_BPS, (8, 16, 200)), upd(r.BLKIO_READ_BPS, (8, 0, 300))], "blkio")
+    assert (held.outcome, changed.outcome) == (Outcome.SKIPPED_UNCHANGED, Outcome.INTENDED)
+    assert len(writer.writes) == writes and audit.entries[-1].outcome == "intended"

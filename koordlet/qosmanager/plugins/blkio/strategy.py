@@ -379,8 +379,9 @@ class BlkIOReconcile:
         numbers = {"be_dir": be_dir, "be": be, "be_removed": be_removed, "root": root, "root_removed": root_removed,
                    "updates": len(rnd.updates), **counts,
                    "problems": helpers.write_problems(results), "notes": rnd.notes, "pods": pod_report or {}}
-        return self._decide(Action.RECONCILE if counts["writes"] else Action.NONE, "blkio: " + "; ".join(parts),
-                            numbers, at=rnd.now)
+        acted = counts["writes"] or counts["intended"]  # in shadow mode, as active mode decides
+        return self._decide(Action.RECONCILE if acted else Action.NONE, "blkio: " + "; ".join(parts), numbers,
+                            at=rnd.now)
 
 
 # ------------------------------------------------------------------------------------------ file parsing

@@ -363,7 +363,8 @@ class CgroupReconcile:
             "node_allocatable_bytes": allocatable, "page_size": self.page_size, "qos": rnd.qos,
             "pod_values": rnd.pods, "problems": helpers.write_problems(results),
         }
-        return self._decide(Action.RECONCILE if counts["writes"] else Action.NONE, summary, numbers, at=rnd.now)
+        acted = counts["writes"] or counts["intended"]  # in shadow mode, as active mode decides
+        return self._decide(Action.RECONCILE if acted else Action.NONE, summary, numbers, at=rnd.now)
 
 
 def _updates(rel_dir: str, items: Iterable[tuple[str, int]], owner: str, supported: frozenset[str]

@@ -1,0 +1,205 @@
+"""Shadow mode: a strategy decides exactly as it would, and nothing is written or evicted.
+
+An operator deciding whether to let koordlet change a production node runs it in shadow mode first (for every
+strategy, or for some) and reads, per pod, what would have happened: every intended cgroup write and eviction
+goes to the audit log marked ``intended``, to ``koordlet_shadow_intended_total{strategy, action}``, and to the
+strategy's decision (``koordctl qos``: "would set ... because ...").
+
+:class:`ShadowModes` holds which strategies are in shadow mode: the configured default and per-strategy
+overrides, changed at run time through the debug API (``koordctl shadow``).  The manager reads it at the start
+of every round, so a switch takes effect in the strategy's next round, with no restart.
+
+Each strategy gets its own :class:`StrategyWriters`: the cgroup executor and the evictor as the strategy sees
+them.  In a shadow round the executor is asked what it *would* write (:meth:`ResourceExecutor.intend`) and the
+evictor records the eviction without launching it (a pod so "evicted" is pending, as after a real eviction, so
+the next rounds decide as they would have).  Strategies whose writes go through other writers (resctrl groups,
+core-scheduling cookies, sysctls, tc) have no shadow path yet: in shadow mode they do not run at all (their
+decision says so), so shadow mode never writes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Protocol
+
+from koordlet.errors import ConfigError
+from koordlet.qosmanager.framework import Evictor, Executor, Options, Reader
+from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
+from koordlet.statesinformer.framework import PodMeta
+from koordlet.system.cgroupfile import CgroupFile, FileKind
+from koordlet.system.validators import parse_cpulist
+
+MAX_INTENDED: Final = 256
+"""Intentions a decision lists at most (a cgreconcile round over 1,000 containers intends thousands)."""
+MAX_WOULD_HOLD: Final = 20_000
+"""Files whose would-be value a strategy keeps at most (those of pods long gone are dropped with the rest)."""
+_READ_BACK: Final = (FileKind.INT, FileKind.CPU_MAX, FileKind.CPULIST)
+"""Files the reader decodes to one value, which a would-be value stands in for (not per-device files)."""
+
+
+class ShadowModes:
+    """Which strategies are in shadow mode: ``default`` for all, ``overrides`` per strategy by name (only the
+    names in ``known``).  Thread-safe: the debug API sets, the QoS manager reads."""
+
+    def __init__(self, default: bool = False, overrides: Mapping[str, bool] | None = None,
+                 known: Collection[str] = ()) -> None:
+        self._known = frozenset(known)
+        self._lock = threading.Lock()
+        self._default = default
+        self._overrides: dict[str, bool] = {}
+        for name, shadow in (overrides or {}).items():
+            self.set(name, shadow)
+
+    def shadow(self, strategy: str) -> bool:
+        """Whether ``strategy`` runs in shadow mode now."""
+        with self._lock:
+            return self._overrides.get(strategy, self._default)
+
+    def set(self, strategy: str | None, shadow: bool | None) -> None:
+        """Puts ``strategy`` (None: the default of all without an override of their own) in shadow mode
+        (True) or active mode (False); None drops the strategy's override.  ConfigError for a strategy this
+        koordlet does not have."""
+        if strategy is not None and self._known and strategy not in self._known:
+            raise ConfigError(f"shadow mode: unknown strategy {strategy!r} (known: {', '.join(sorted(self._known))})")
+        with self._lock:
+            if strategy is None:
+                if shadow is None:
+                    raise ConfigError("shadow mode: the default is on or off, it cannot be dropped")
+                self._default = shadow
+            elif shadow is None:
+                self._overrides.pop(strategy, None)
+            else:
+                self._overrides[strategy] = shadow
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"default": bool, "strategies": {name: bool}}`` (the overrides only)."""
+        with self._lock:
+            return {"default": self._default, "strategies": dict(sorted(self._overrides.items()))}
+
+
+class IntendingExecutor(Executor, Protocol):
+    """The cgroup executor, which can also say what it would write (:class:`ResourceExecutor`)."""
+
+    def intend(self, updates: Iterable[CgroupUpdate], strategy: str) -> list[Result]:
+        ...
+
+
+class ShadowEvictor(Evictor, Protocol):
+    """The evictor, which can also record an eviction as intended (:class:`Evictions`)."""
+
+    def evict(self, pod: PodMeta, reason: str, message: str, shadow: str | None = None) -> bool:
+        ...
+
+
+class StrategyWriters:
+    """One strategy's executor, evictor and cgroup reader: active or shadow per round (:meth:`begin_round`), and
+    the round's intentions (:attr:`intended`) for its decision.  Implements the framework's ``Executor`` and
+    ``Evictor``, and the reader's ``read`` and ``path``.
+
+    A strategy reads back what it set (cpusuppress grows BE's cpuset from the one in force).  In shadow mode the
+    reader answers with the value the strategy would have written, so it goes on from there exactly as it would
+    have in active mode, rather than starting again from the untouched file every round."""
+
+    def __init__(self, strategy: str, executor: IntendingExecutor, evictor: ShadowEvictor,
+                 reader: Reader) -> None:
+        self.strategy = strategy
+        self._executor = executor
+        self._evictor = evictor
+        self._reader = reader
+        self.shadow = False
+        self.intended: list[str] = []
+        """What this round would have done, one sentence each ("would set <file> to <value> because <owner>")."""
+        self._would_hold: dict[str, Any] = {}
+        """File -> the value it would hold had shadow mode written it (as the reader reads it)."""
+
+    def begin_round(self, shadow: bool) -> None:
+        """The mode of the round about to run (kept for all of it, whatever the debug API does meanwhile)."""
+        if not shadow:
+            self._would_hold.clear()  # active: the files hold what is written
+        self.shadow = shadow
+        self.intended = []
+
+    # --------------------------------------------------------------------------------- the executor
+
+    def apply(self, updates: Iterable[CgroupUpdate]) -> list[Result]:
+        if not self.shadow:
+            return self._executor.apply(updates)
+        results = self._executor.intend(updates, self.strategy)
+        for result in results:
+            if result.path is None:
+                continue
+            if result.outcome is Outcome.INTENDED and (value := _as_read(result.update)) is not _NOT_READ_BACK:
+                if len(self._would_hold) >= MAX_WOULD_HOLD:
+                    self._would_hold.clear()
+                self._would_hold[result.path] = value
+            elif result.outcome is Outcome.SKIPPED_UNCHANGED:
+                self._would_hold.pop(result.path, None)
+        self._note(f"would set {r.path} to {r.text!r} because {r.update.owner}"
+                   for r in results if r.outcome is Outcome.INTENDED)
+        return results
+
+    def forget(self, path: str | None = None) -> None:
+        self._executor.forget(path)
+
+    # ---------------------------------------------------------------------------------- the evictor
+
+    def evict(self, pod: PodMeta, reason: str, message: str) -> bool:
+        if not self.shadow:
+            return self._evictor.evict(pod, reason, message)
+        if pod.uid not in self._evictor.pending([pod]):  # a pending pod is not evicted twice, nor noted
+            self._note([f"would evict {pod.pod.key} because {reason}: {message}"])
+        return self._evictor.evict(pod, reason, message, shadow=self.strategy)
+
+    def pending(self, pods: Iterable[PodMeta]) -> set[str]:
+        return self._evictor.pending(pods)
+
+    # ----------------------------------------------------------------------------------- the reader
+
+    def path(self, resource: CgroupFile | str, rel_dir: str) -> str:
+        return self._reader.path(resource, rel_dir)
+
+    def read(self, resource: CgroupFile | str, rel_dir: str) -> Any:
+        if self.shadow:
+            path = self._reader.path(resource, rel_dir)
+            if path in self._would_hold:
+                return self._would_hold[path]
+        return self._reader.read(resource, rel_dir)
+
+    def _note(self, sentences: Iterable[str]) -> None:
+        room = MAX_INTENDED - len(self.intended)
+        if room > 0:
+            self.intended.extend(list(sentences)[:room])
+
+
+_NOT_READ_BACK: Final = object()
+
+
+def _as_read(update: CgroupUpdate) -> Any:
+    """The update's value as :meth:`CgroupReader.read` would give it back (a cpuset as its sorted CPU ids), or
+    :data:`_NOT_READ_BACK` for a file the reader does not decode to one value."""
+    resource = update.resource
+    kinds = {spec.kind for spec in (resource.v1, resource.v2) if spec is not None}
+    if not kinds or not kinds <= set(_READ_BACK):  # either version's file may be this host's
+        return _NOT_READ_BACK
+    canonical = resource.validate(update.value)
+    return parse_cpulist(canonical) if FileKind.CPULIST in kinds and isinstance(canonical, str) else canonical
+
+
+@dataclass
+class Shadow:
+    """Shadow mode as the QoS manager runs it: the modes, the executor and evictor every strategy's writers go
+    through, those writers (made by :meth:`options_for` as the strategies are built), and the strategies with
+    no shadow path (they do not run in shadow mode)."""
+
+    modes: ShadowModes
+    executor: IntendingExecutor
+    evictor: ShadowEvictor
+    unsupported: frozenset[str] = frozenset()
+    writers: dict[str, StrategyWriters] = field(default_factory=dict)
+
+    def options_for(self, strategy: str, options: Options) -> Options:
+        """``options`` with ``strategy``'s own executor and evictor."""
+        writers = self.writers[strategy] = StrategyWriters(strategy, self.executor, self.evictor, options.reader)
+        return replace(options, executor=writers, evictor=writers, reader=writers)
