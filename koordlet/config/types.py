@@ -327,6 +327,12 @@ class RuntimeHooksConfig:
                                                   "(and on every pod change)",
                                             flag="--runtime-hooks-reconcile-interval", check=positive,
                                             duration=True)
+    shadow: bool = opt(False, "shadow mode for every hook: each decides as it would, and the runtime gets no "
+                              "adjustment from it and nothing is written; what it would have set is recorded "
+                              "(koordctl hooks, the audit log, koordlet_shadow_intended_total)",
+                       flag="--runtime-hooks-shadow")
+    shadow_hooks: str = opt("", "hooks in shadow mode besides --runtime-hooks-shadow's (comma-separated names)",
+                            flag="--runtime-hooks-shadow-hooks")
 
 
 @dataclass(frozen=True)

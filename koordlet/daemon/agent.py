@@ -18,7 +18,7 @@ from koordlet.apis.nodemetric import MemoryCollectPolicy, NodeMetricCollectPolic
 from koordlet.apis.nodeslo import HostApplicationSpec
 from koordlet.component import Component
 from koordlet.config import gates
-from koordlet.config.types import Config, QoSManagerConfig, split_list
+from koordlet.config.types import Config, QoSManagerConfig, RuntimeHooksConfig, split_list
 from koordlet.debugapi import contract
 from koordlet.debugapi.server import DebugServer, DebugSources, HostCgroups
 from koordlet.errors import ConfigError, KoordletError
@@ -39,7 +39,7 @@ from koordlet.qosmanager.evictor import CompanionEvictionAPI, Evictions, build_b
 from koordlet.qosmanager.manager import QoSManager
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.qosmanager.registry import NO_SHADOW_PATH, build_strategies, registry
-from koordlet.qosmanager.shadow import Shadow, ShadowModes
+from koordlet.qosmanager.shadow import Shadow
 from koordlet.resourceexecutor import AuditLog, ResourceExecutor, oomscore
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.resourceexecutor.netqos import NetQoS
@@ -51,9 +51,11 @@ from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.component import RuntimeHooks
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookCallRecorder, HookRunner, Stage, failure_policy
+from koordlet.runtimehooks.hooks import NO_SHADOW_PATH as HOOKS_WITHOUT_SHADOW_PATH
 from koordlet.runtimehooks.hooks import build_hooks
 from koordlet.runtimehooks.reconciler import HostAppTarget
 from koordlet.runtimehooks.tenant import TenantGate
+from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer import hostapps
 from koordlet.statesinformer.cpubasicinfo import NormalizationRatio, read_cpu_basic_info
 from koordlet.statesinformer.informer import StatesInformer
@@ -285,7 +287,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
             pid=os.getpid(),
             refused=lambda uid: [r.text() for r in informer.tenant.refused(uid)],
             shadow=qos.shadow.modes if qos.shadow is not None else None,
-            no_shadow_path=sorted(qos.shadow.unsupported) if qos.shadow is not None else ())
+            no_shadow_path=sorted(qos.shadow.unsupported) if qos.shadow is not None else (),
+            hook_shadow=hooks.runner.shadow, hooks_without_shadow_path=sorted(hooks.runner.no_shadow_path))
         debug = DebugServer(debug_socket, sources)
         components.append(debug)
     return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos, hooks, debug)
@@ -356,12 +359,16 @@ def build_runtime_hooks(config: Config, layout: CgroupLayout, informer: StatesIn
                     cpu_normalization_ratio=NormalizationRatio(
                         lambda: (node.annotations if (node := informer.kube_node()) is not None else None)))
     hooks_config = config.runtime_hooks
-    runner = HookRunner(build_hooks(deps), failure_policy(hooks_config.plugin_failure_policy),
+    hooks = build_hooks(deps)
+    runner = HookRunner(hooks, failure_policy(hooks_config.plugin_failure_policy),
                         metrics.runtime_hooks, disabled=[Stage(s) for s in split_list(hooks_config.disable_stages)],
                         recorder=HookCallRecorder(),
-                        tenant=TenantGate(informer.tenant, informer.pods, informer.node))
+                        tenant=TenantGate(informer.tenant, informer.pods, informer.node),
+                        shadow=hook_shadow_modes(hooks_config, [h.name for h in hooks]),
+                        shadow_sink=metrics.executor, no_shadow_path=HOOKS_WITHOUT_SHADOW_PATH)
     executor = writers.executor
-    applier = Applier(executor.apply, executor.quota_limited_above, defer_be_quota=not config.standalone)
+    applier = Applier(executor.apply, executor.quota_limited_above, defer_be_quota=not config.standalone,
+                      intend=executor.intend)
     oom_score = oomscore.for_cgroups(lambda rel_dir: writers.reader.read("cgroup_procs", rel_dir),
                                      oomscore.OomScoreWriter(layout.paths.proc_root, writers.audit))
     return RuntimeHooks(hooks_config, runner, applier, informer, metrics.runtime_hooks, oom_score,
@@ -463,6 +470,21 @@ def build_qos(config: Config, layout: CgroupLayout, driver: DriverGuess, informe
     holder = NodeSLOHolder()
     source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file and companion is None else None
     return QoSManager(options, build_strategies(options, shadow=shadow), holder, source, shadow=shadow)
+
+
+def hook_shadow_modes(hooks_config: RuntimeHooksConfig, known: Sequence[str]) -> ShadowModes:
+    """The hooks' shadow modes ``runtimeHooks.shadow`` and ``runtimeHooks.shadowHooks`` configure; ConfigError
+    naming a hook this koordlet does not have (its gate off, or unknown)."""
+    named = split_list(hooks_config.shadow_hooks)
+    unknown = [name for name in named if name not in known]
+    if unknown:
+        raise ConfigError(f"runtimeHooks.shadowHooks: unknown or disabled hook {', '.join(unknown)} "
+                          f"(these run: {', '.join(known)})")
+    modes = ShadowModes(hooks_config.shadow, dict.fromkeys(named, True), known, kind="hook")
+    if shadowed := [name for name in known if modes.shadow(name)]:
+        log.warning("runtime hooks in shadow mode: they decide, and the runtime gets nothing from them",
+                    extra={"hooks": shadowed})
+    return modes
 
 
 def shadow_modes(qos: QoSManagerConfig) -> ShadowModes:

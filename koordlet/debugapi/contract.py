@@ -35,8 +35,10 @@ Read-only endpoints (GET):
     the round would have done ("would set <file> to <value> because <owner>", "would evict <pod> because ...").
 ``/v1/shadow``
     ``{"default": bool, "strategies": {name: bool} (the strategies' own settings), "effective": {name: bool},
-    "no_shadow_path": [name, ...]}`` (strategies that do not run at all while in shadow mode); 404 without a
-    QoS manager.
+    "no_shadow_path": [name, ...] (strategies that do not run at all while in shadow mode),
+    "hooks": {"default": bool, "hooks": {name: bool}, "effective": {...}, "no_shadow_path": [...]} | null}``;
+    404 without a QoS manager.  A hook call of ``/v1/hooks`` holds ``"intended"``: what hooks in shadow mode
+    would have set, which the runtime's answer did not carry.
 ``/v1/hooks?limit=<n>`` (default 100)
     ``{"hooks": [<hook names in order>], "calls": [{"at", "stage", "pod", "container", "transport",
     "duration_ms", "ok": bool, "errors": [str], "adjustment": {field: value}}]}`` (newest last)
@@ -59,6 +61,7 @@ Admin endpoints (POST, explicit actions only):
 ``/v1/admin/shadow`` with body ``{"strategy": <name> | null, "shadow": true | false | null}`` -> the
     ``/v1/shadow`` document: puts one strategy (null: the default of every strategy without a setting of its own)
     in shadow or active mode, from its next round on; ``"shadow": null`` drops the strategy's own setting.
+    ``{"hook": <name> | null, "shadow": ...}`` does the same for runtime hooks, from their next call on.
 """
 
 from __future__ import annotations

@@ -108,6 +108,9 @@ class DebugSources:
     """Shadow mode's switches; None: this koordlet runs every strategy in active mode, always."""
     no_shadow_path: Sequence[str] = ()
     """Strategies that do not run at all while in shadow mode (no shadow path for their writes yet)."""
+    hook_shadow: ShadowView | None = None
+    """The runtime hooks' shadow mode switches; None: no runtime hooks."""
+    hooks_without_shadow_path: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -286,11 +289,19 @@ def log_level(sources: DebugSources, request: Request) -> dict[str, Any]:
     return {"level": level.lower()}
 
 
+def _modes_json(modes: ShadowView, names: Sequence[str], no_shadow_path: Sequence[str]) -> dict[str, Any]:
+    return {**modes.to_json(), "effective": {name: modes.shadow(name) for name in names},
+            "no_shadow_path": sorted(no_shadow_path)}
+
+
 def _shadow_json(sources: DebugSources) -> dict[str, Any]:
     assert sources.shadow is not None
-    names = [strategy.name for strategy in sources.strategies()]
-    return {**sources.shadow.to_json(), "effective": {name: sources.shadow.shadow(name) for name in names},
-            "no_shadow_path": sorted(sources.no_shadow_path)}
+    document = _modes_json(sources.shadow, [strategy.name for strategy in sources.strategies()],
+                           sources.no_shadow_path)
+    hooks = sources.hook_shadow
+    document["hooks"] = (_modes_json(hooks, sources.hook_names, sources.hooks_without_shadow_path)
+                         if hooks is not None else None)
+    return document
 
 
 def shadow(sources: DebugSources, request: Request) -> dict[str, Any]:
@@ -301,21 +312,23 @@ def shadow(sources: DebugSources, request: Request) -> dict[str, Any]:
 
 def set_shadow(sources: DebugSources, request: Request) -> dict[str, Any]:
     body = request.body
-    if not isinstance(body, dict) or set(body) - {"strategy", "shadow"} or "shadow" not in body:
+    keys = set(body) if isinstance(body, dict) else set()
+    kind = "hook" if "hook" in keys else "strategy"
+    if not keys or keys - {kind, "shadow"} or "shadow" not in keys:
         raise ApiError(HTTPStatus.BAD_REQUEST,
-                       'expected {"strategy": <name> or null for every strategy, "shadow": true, false or null '
-                       f"(drop the strategy's own setting)}}, got {body!r}")
-    strategy, mode = body.get("strategy"), body["shadow"]
-    if not (strategy is None or isinstance(strategy, str)) or not (mode is None or isinstance(mode, bool)):
-        raise ApiError(HTTPStatus.BAD_REQUEST, f"strategy: a name or null; shadow: true, false or null; got {body!r}")
-    if sources.shadow is None:
-        raise ApiError(HTTPStatus.NOT_FOUND, "this koordlet has no shadow mode (no QoS manager)")
+                       'expected {"strategy" (or "hook"): <name> or null for all, "shadow": true, false or null '
+                       f"(drop its own setting)}}, got {body!r}")
+    name, mode = body.get(kind), body["shadow"]
+    if not (name is None or isinstance(name, str)) or not (mode is None or isinstance(mode, bool)):
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"{kind}: a name or null; shadow: true, false or null; got {body!r}")
+    modes = sources.hook_shadow if kind == "hook" else sources.shadow
+    if sources.shadow is None or modes is None:
+        raise ApiError(HTTPStatus.NOT_FOUND, f"this koordlet has no shadow mode for {kind}s")
     try:
-        sources.shadow.set(strategy, mode)
+        modes.set(name, mode)
     except KoordletError as exc:
         raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
-    log.warning("shadow mode switched through the debug API",
-                extra={"strategy": strategy or "(default)", "shadow": mode})
+    log.warning("shadow mode switched through the debug API", extra={kind: name or "(default)", "shadow": mode})
     return shadow(sources, request)
 
 

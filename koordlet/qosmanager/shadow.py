@@ -5,9 +5,9 @@ strategy, or for some) and reads, per pod, what would have happened: every inten
 goes to the audit log marked ``intended``, to ``koordlet_shadow_intended_total{strategy, action}``, and to the
 strategy's decision (``koordctl qos``: "would set ... because ...").
 
-:class:`ShadowModes` holds which strategies are in shadow mode: the configured default and per-strategy
-overrides, changed at run time through the debug API (``koordctl shadow``).  The manager reads it at the start
-of every round, so a switch takes effect in the strategy's next round, with no restart.
+:class:`~koordlet.shadowmodes.ShadowModes` holds which strategies are in shadow mode: the configured default
+and per-strategy overrides, changed at run time through the debug API (``koordctl shadow``).  The manager reads
+it at the start of every round, so a switch takes effect in the strategy's next round, with no restart.
 
 Each strategy gets its own :class:`StrategyWriters`: the cgroup executor and the evictor as the strategy sees
 them.  In a shadow round the executor is asked what it *would* write (:meth:`ResourceExecutor.intend`) and the
@@ -19,14 +19,13 @@ decision says so), so shadow mode never writes.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
-from koordlet.errors import ConfigError
 from koordlet.qosmanager.framework import Evictor, Executor, Options, Reader
 from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
+from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.cgroupfile import CgroupFile, FileKind
 from koordlet.system.validators import parse_cpulist
@@ -37,46 +36,6 @@ MAX_WOULD_HOLD: Final = 20_000
 """Files whose would-be value a strategy keeps at most (those of pods long gone are dropped with the rest)."""
 _READ_BACK: Final = (FileKind.INT, FileKind.CPU_MAX, FileKind.CPULIST)
 """Files the reader decodes to one value, which a would-be value stands in for (not per-device files)."""
-
-
-class ShadowModes:
-    """Which strategies are in shadow mode: ``default`` for all, ``overrides`` per strategy by name (only the
-    names in ``known``).  Thread-safe: the debug API sets, the QoS manager reads."""
-
-    def __init__(self, default: bool = False, overrides: Mapping[str, bool] | None = None,
-                 known: Collection[str] = ()) -> None:
-        self._known = frozenset(known)
-        self._lock = threading.Lock()
-        self._default = default
-        self._overrides: dict[str, bool] = {}
-        for name, shadow in (overrides or {}).items():
-            self.set(name, shadow)
-
-    def shadow(self, strategy: str) -> bool:
-        """Whether ``strategy`` runs in shadow mode now."""
-        with self._lock:
-            return self._overrides.get(strategy, self._default)
-
-    def set(self, strategy: str | None, shadow: bool | None) -> None:
-        """Puts ``strategy`` (None: the default of all without an override of their own) in shadow mode
-        (True) or active mode (False); None drops the strategy's override.  ConfigError for a strategy this
-        koordlet does not have."""
-        if strategy is not None and self._known and strategy not in self._known:
-            raise ConfigError(f"shadow mode: unknown strategy {strategy!r} (known: {', '.join(sorted(self._known))})")
-        with self._lock:
-            if strategy is None:
-                if shadow is None:
-                    raise ConfigError("shadow mode: the default is on or off, it cannot be dropped")
-                self._default = shadow
-            elif shadow is None:
-                self._overrides.pop(strategy, None)
-            else:
-                self._overrides[strategy] = shadow
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"default": bool, "strategies": {name: bool}}`` (the overrides only)."""
-        with self._lock:
-            return {"default": self._default, "strategies": dict(sorted(self._overrides.items()))}
 
 
 class IntendingExecutor(Executor, Protocol):

@@ -85,11 +85,15 @@ class Applier:
     a container's CFS quota out of the runtime's hands where writing it could fail (:meth:`defer_quota`)."""
 
     def __init__(self, apply: Callable[[list[CgroupUpdate]], list[Result]],
-                 quota_bound: QuotaBound | None = None, *, defer_be_quota: bool = False) -> None:
+                 quota_bound: QuotaBound | None = None, *, defer_be_quota: bool = False,
+                 intend: Callable[[list[CgroupUpdate], str], list[Result]] | None = None) -> None:
         """``defer_be_quota``: a BE container's quota may be left to the reconciler even while the BE group is
         unlimited (see :meth:`defer_quota`); only where the reconciler knows every pod's spec (pods from
-        kubelet), since a quota left out is otherwise never written."""
+        kubelet), since a quota left out is otherwise never written.  ``intend(updates, who)``: shadow mode's
+        executor call (what it would write, written nowhere); None: a hook in shadow mode writes nothing and
+        records nothing at the node level."""
         self._apply = apply
+        self._intend = intend
         self._quota_bound = quota_bound
         self._defer_be_quota = defer_be_quota
 
@@ -117,6 +121,12 @@ class Applier:
     def apply(self, updates: list[CgroupUpdate]) -> list[Result]:
         """Writes ``updates`` as they are (node-level values of the reconciler: kube-QoS directories)."""
         return self._apply(updates) if updates else []
+
+    def intend(self, updates: list[CgroupUpdate], hook: str) -> list[Result]:
+        """What writing ``updates`` for ``hook`` (in shadow mode) would change, written nowhere."""
+        if not updates or self._intend is None:
+            return []
+        return self._intend(updates, f"runtimehooks/{hook}")
 
     def write(self, request: HookRequest, adjustment: Adjustment, *, with_fields: bool,
               rel_dir: str | None = None) -> list[Result]:

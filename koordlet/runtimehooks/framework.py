@@ -18,7 +18,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +26,8 @@ from koordlet.apis.extension import QoSClass, pod_qos
 from koordlet.apis.gojson import loads
 from koordlet.apis.pod import Container, Pod
 from koordlet.errors import ConfigError, KoordletError
+from koordlet.resourceexecutor.sink import NULL_SINK, WriteSink
+from koordlet.shadowmodes import ShadowModes
 from koordlet.system.cgroupfile import CgroupFile
 from koordlet.system.kubepaths import KubeQoS, cgroup_parent_dir, kube_qos_of_parent
 from koordlet.system.resources import REGISTRY
@@ -255,6 +257,8 @@ class StageResult:
     errors: list[str] = field(default_factory=list)
     failed: bool = False
     ran: list[str] = field(default_factory=list)
+    intended: Adjustment = field(default_factory=Adjustment)
+    """What the hooks in shadow mode would have set: recorded, never answered or written."""
 
 
 HOOK_CALL_HISTORY = 512
@@ -277,11 +281,13 @@ class HookCall:
     ok: bool
     errors: tuple[str, ...]
     adjustment: Mapping[str, object]
+    intended: Mapping[str, object] = field(default_factory=dict)
+    """What hooks in shadow mode would have set (flat, as ``adjustment``), which the answer did not carry."""
 
     def to_json(self) -> dict[str, Any]:
         return {"at": self.at, "stage": self.stage, "pod": self.pod, "container": self.container,
                 "transport": self.transport, "duration_ms": self.duration_ms, "ok": self.ok,
-                "errors": list(self.errors), "adjustment": dict(self.adjustment)}
+                "errors": list(self.errors), "adjustment": dict(self.adjustment), "intended": dict(self.intended)}
 
 
 def flat_adjustment(adjustment: Adjustment) -> dict[str, object]:
@@ -320,9 +326,16 @@ class HookRunner:
     def __init__(self, hooks: Iterable[Hook], policy: FailurePolicy = FailurePolicy.IGNORE,
                  metrics: HookMetricsSink | None = None, disabled: Iterable[Stage] = (),
                  clock: Callable[[], float] = time.perf_counter, recorder: HookCallRecorder | None = None,
-                 tenant: Callable[[HookRequest], HookRequest] | None = None) -> None:
+                 tenant: Callable[[HookRequest], HookRequest] | None = None, shadow: ShadowModes | None = None,
+                 shadow_sink: WriteSink = NULL_SINK, no_shadow_path: Collection[str] = ()) -> None:
         """``tenant``: reviews each request's pod before any hook sees it (the tenant policy,
-        :class:`koordlet.runtimehooks.tenant.TenantGate`); None: pods are taken as they come."""
+        :class:`koordlet.runtimehooks.tenant.TenantGate`); None: pods are taken as they come.
+
+        ``shadow``: the hooks in shadow mode.  Such a hook runs as in active mode, and what it sets goes to
+        :attr:`StageResult.intended` instead of the adjustment: recorded (the call's ``intended``) and counted
+        in ``shadow_sink`` for every call of a transport (not the reconciler's rounds, which repeat it), and
+        neither answered to the runtime nor written.  A hook of ``no_shadow_path`` (it writes through other
+        writers as it decides) does not run at all while in shadow mode."""
         ordered = sorted(hooks, key=lambda h: h.name)
         names = [h.name for h in ordered]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -335,6 +348,9 @@ class HookRunner:
         self._clock = clock
         self.recorder = recorder
         self._tenant = tenant
+        self.shadow = shadow
+        self._shadow_sink = shadow_sink
+        self.no_shadow_path = frozenset(no_shadow_path)
         # The hooks each stage runs, disabled stages resolved here: the reconciler asks for every pod and
         # container of every round (and hashing an enum member runs Python code).
         self._by_stage: Mapping[Stage, tuple[Hook, ...]] = {
@@ -354,6 +370,10 @@ class HookRunner:
         failed, so its rounds over every pod do not flush the history."""
         began = self._clock()
         result = self._reviewed(request, log_errors)
+        intended = result.intended.owners
+        if intended and transport != RECONCILER:
+            for key, hook in intended.items():
+                self._shadow_sink.intended(key, f"runtimehooks/{hook}")
         recorder = self.recorder
         if recorder is not None and (transport != RECONCILER or result.errors or not result.adjustment.empty()):
             seconds = self._clock() - began
@@ -361,8 +381,17 @@ class HookRunner:
                 at=recorder.clock(), stage=request.stage.value, pod=request.pod.key,
                 container=request.container.name if request.container is not None else "", transport=transport,
                 duration_ms=round(seconds * 1000, 3), ok=not result.errors, errors=tuple(result.errors),
-                adjustment=flat_adjustment(result.adjustment)))
+                adjustment=flat_adjustment(result.adjustment),
+                intended=flat_adjustment(result.intended) if intended else {}))
         return result
+
+    def in_shadow(self, hook: str) -> bool:
+        """Whether ``hook`` runs in shadow mode now."""
+        return self.shadow is not None and self.shadow.shadow(hook)
+
+    def held_back(self, hook: str) -> bool:
+        """Whether ``hook`` must not run now: in shadow mode, with no shadow path."""
+        return hook in self.no_shadow_path and self.in_shadow(hook)
 
     def _reviewed(self, request: HookRequest, log_errors: bool) -> StageResult:
         if self._tenant is not None and self.hooks(request.stage):
@@ -379,7 +408,12 @@ class HookRunner:
     def _run(self, request: HookRequest, log_errors: bool) -> StageResult:
         result = StageResult(Adjustment())
         stage = request.stage.value  # once, not per hook: an enum's value is a Python-level descriptor
+        shadow = self.shadow if self.shadow is not None and self.shadow.any() else None
+        # Every hook's values, whatever its mode: two hooks setting one field conflict in shadow mode too.
+        every = Adjustment() if shadow is not None else result.adjustment
         for hook in self.hooks(request.stage):
+            if shadow is not None and hook.name in self.no_shadow_path and shadow.shadow(hook.name):
+                continue
             ctx = HookContext(request, hook.name)
             started = self._clock()
             error: str | None = None
@@ -388,7 +422,9 @@ class HookRunner:
                 mine = ctx._adjustment
                 # Most hooks set nothing for most pods: merging an empty adjustment changes nothing.
                 if mine is not None and (mine.owners or mine.values or mine.writes or mine.maps):
-                    result.adjustment.merge(mine)
+                    every.merge(mine)
+                    if shadow is not None:
+                        (result.intended if shadow.shadow(hook.name) else result.adjustment).merge(mine)
             except Exception as exc:  # a hook's bug must not take the runtime's request down with it
                 error = f"{hook.name}: {exc}"
             self._metrics.observe_hook(hook.name, stage, error is None, self._clock() - started)

@@ -36,7 +36,7 @@ from typing import Protocol
 
 from koordlet.apis.extension import QoSClass
 from koordlet.component import Worker
-from koordlet.resourceexecutor.update import CgroupUpdate, Outcome
+from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, HostAppContext, NodeContext, Stage
 from koordlet.statesinformer.framework import PodMeta, StatesInformer
@@ -154,6 +154,8 @@ class Reconciler:
         if self._qos_dirs is None:
             return keys
         for hook in self._runner.node_hooks:
+            if self._runner.held_back(hook.name):
+                continue
             key = f"hook:{hook.name}"
             keys.add(key)
             ctx = NodeContext(hook.name)
@@ -164,7 +166,7 @@ class Reconciler:
                            for qos, values in ctx.writes.items() for res, value in values.items()]
                 problems = [f"{r.update.key} in {r.update.rel_dir}: {r.outcome.value}"
                             + (f" ({r.error})" if r.error else "")
-                            for r in self._applier.apply(updates) if r.outcome in _FAILED]
+                            for r in self._write(hook.name, updates) if r.outcome in _FAILED]
             except Exception as exc:  # one hook's bug must not stop the pods' round
                 problems = [f"{hook.name}: {exc}"]
             self._streak(key, problems)
@@ -180,7 +182,10 @@ class Reconciler:
             keys.add(key)
             problems: list[str] = []
             updates: list[CgroupUpdate] = []
+            results: list[Result] = []
             for hook in self._runner.host_app_hooks:
+                if self._runner.held_back(hook.name):
+                    continue
                 ctx = HostAppContext(hook.name, app.name, app.qos)
                 try:
                     assert hook.host_app_fn is not None
@@ -188,13 +193,23 @@ class Reconciler:
                 except Exception as exc:  # one hook's bug must not stop the others or the pods' round
                     problems.append(f"{hook.name}: {exc}")
                     continue
-                updates += [CgroupUpdate(REGISTRY[res], app.rel_dir, value, f"runtimehooks/{hook.name}")
-                            for res, value in ctx.writes.items()]
+                mine = [CgroupUpdate(REGISTRY[res], app.rel_dir, value, f"runtimehooks/{hook.name}")
+                        for res, value in ctx.writes.items()]
+                if self._runner.in_shadow(hook.name):
+                    results += self._applier.intend(mine, hook.name)
+                else:
+                    updates += mine  # one batch for the application's active hooks
             problems += [f"{r.update.key} in {r.update.rel_dir}: {r.outcome.value}"
                          + (f" ({r.error})" if r.error else "")
-                         for r in self._applier.apply(updates) if r.outcome in _FAILED]
+                         for r in results + self._applier.apply(updates) if r.outcome in _FAILED]
             self._streak(key, problems)
         return keys
+
+    def _write(self, hook: str, updates: list[CgroupUpdate]) -> list[Result]:
+        """A node-level part's writes; in shadow mode only said (to the audit log), not written."""
+        if self._runner.in_shadow(hook):
+            return self._applier.intend(updates, hook)
+        return self._applier.apply(updates)
 
     def _streak(self, key: str, errors: list[str]) -> None:
         if errors:

@@ -245,6 +245,9 @@ HOOKS_HEADER: Final = ("AGE", "TRANSPORT", "STAGE", "POD", "CONTAINER", "DURATIO
 def _adjustment(call: Mapping[str, Any]) -> str:
     adjustment = call.get("adjustment")
     parts = [f"{k}={v}" for k, v in adjustment.items()] if isinstance(adjustment, Mapping) else []
+    intended = call.get("intended")
+    if isinstance(intended, Mapping) and intended:
+        parts.append("shadow, would set: " + ", ".join(f"{k}={v}" for k, v in intended.items()))
     errors = call.get("errors")
     if isinstance(errors, list) and errors:
         parts.append("errors: " + "; ".join(str(e) for e in errors))
@@ -370,39 +373,52 @@ def _add_profile(parser: argparse.ArgumentParser) -> None:
 
 # --- shadow -------------------------------------------------------------------------------------------
 
-SHADOW_HEADER: Final = ("STRATEGY", "MODE", "SET-BY")
+SHADOW_HEADER: Final = ("KIND", "NAME", "MODE", "SET-BY")
 _SWITCHES: Final = {"on": True, "off": False, "default": None}
 
 
 def fetch_shadow(client: DebugClient, args: argparse.Namespace) -> Document:
+    kind = "hook" if args.hook else "strategy"
     if args.mode is None:
-        if args.strategy is not None:
-            raise KoordletError("koordctl shadow STRATEGY: say on, off or default")
+        if args.name is not None:
+            raise KoordletError(f"koordctl shadow {args.name}: say on, off or default")
         return client.get(contract.SHADOW)
-    strategy = None if args.strategy in (None, "all") else args.strategy
-    if strategy is None and args.mode == "default":
-        raise KoordletError("koordctl shadow all: on or off (only one strategy's own setting can be dropped)")
-    return client.post(contract.ADMIN_SHADOW, {"strategy": strategy, "shadow": _SWITCHES[args.mode]})
+    name = None if args.name in (None, "all") else args.name
+    if name is None and args.mode == "default":
+        raise KoordletError(f"koordctl shadow all: on or off (only one {kind}'s own setting can be dropped)")
+    return client.post(contract.ADMIN_SHADOW, {kind: name, "shadow": _SWITCHES[args.mode]})
+
+
+def _mode_rows(modes: Mapping[str, Any], own_key: str, kind: str) -> list[tuple[str, ...]]:
+    effective = modes.get("effective")
+    own = modes.get(own_key)
+    own = own if isinstance(own, Mapping) else {}
+    unsupported = set(modes.get("no_shadow_path") or ())
+    rows: list[tuple[str, ...]] = []
+    for name, shadow in (effective.items() if isinstance(effective, Mapping) else ()):
+        note = " (not run: no shadow path yet)" if shadow is True and name in unsupported else ""
+        rows.append((kind, render.text(name), _mode(shadow), ("own" if name in own else "default") + note))
+    return rows
 
 
 def shadow_table(doc: Document, now: float) -> str:
-    effective = doc.get("effective")
-    own = doc.get("strategies")
-    own = own if isinstance(own, Mapping) else {}
-    unsupported = set(doc.get("no_shadow_path") or ())
-    rows = []
-    for name, shadow in (effective.items() if isinstance(effective, Mapping) else ()):
-        note = " (not run: no shadow path yet)" if shadow is True and name in unsupported else ""
-        rows.append((render.text(name), _mode(shadow), ("own" if name in own else "default") + note))
-    return f"default: {_mode(doc.get('default'))}\n" + render.table(SHADOW_HEADER, rows)
+    rows = _mode_rows(doc, "strategies", "strategy")
+    head = f"default: strategies {_mode(doc.get('default'))}"
+    hooks = doc.get("hooks")
+    if isinstance(hooks, Mapping):
+        rows += _mode_rows(hooks, "hooks", "hook")
+        head += f", hooks {_mode(hooks.get('default'))}"
+    return head + "\n" + render.table(SHADOW_HEADER, rows)
 
 
 def _add_shadow(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("strategy", nargs="?", help="a strategy, or all (the default of every strategy without a "
-                                                    "setting of its own)")
+    parser.add_argument("--hook", action="store_true", help="NAME is a runtime hook, not a QoS strategy")
+    parser.add_argument("name", nargs="?", metavar="NAME",
+                        help="a strategy (a hook with --hook), or all: the default of every one without a setting "
+                             "of its own")
     parser.add_argument("mode", nargs="?", choices=tuple(_SWITCHES),
-                        help="on: shadow mode (decide, write nothing); off: active; default: drop the strategy's "
-                             "own setting.  Takes effect in the strategy's next round.")
+                        help="on: shadow mode (decide, change nothing); off: active; default: drop its own "
+                             "setting.  Takes effect in a strategy's next round, a hook's next call.")
 
 
 def _simple(path: str, **query_args: str) -> Callable[[DebugClient, argparse.Namespace], Document]:
@@ -433,6 +449,6 @@ COMMANDS: Final[tuple[Command, ...]] = (
             fetch_cgroup, cgroup_table, _add_pod),
     Command("profile", "where the daemon's CPU goes: sample its threads for N seconds",
             fetch_profile, profile_table, _add_profile),
-    Command("shadow", "shadow mode per strategy; STRATEGY|all on|off|default switches it at run time",
+    Command("shadow", "shadow mode per strategy and hook; [--hook] NAME|all on|off|default switches it at run time",
             fetch_shadow, shadow_table, _add_shadow),
 )

@@ -37,8 +37,9 @@ from koordlet.qosmanager.evictor import Backend, Evictions, KillBackend
 from koordlet.qosmanager.framework import Decision, DecisionLog, Options
 from koordlet.qosmanager.plugins.memoryevict import MemoryEvict
 from koordlet.qosmanager.reader import CgroupReader
-from koordlet.qosmanager.shadow import Shadow, ShadowModes
+from koordlet.qosmanager.shadow import Shadow
 from koordlet.resourceexecutor import ResourceExecutor
+from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.hostpaths import HostPaths

@@ -19,8 +19,9 @@ from koordlet.config.types import QoSManagerConfig
 from koordlet.qosmanager.evictor import Evictions
 from koordlet.qosmanager.framework import Decision
 from koordlet.qosmanager.plugins.cpusuppress import CPUSuppress
-from koordlet.qosmanager.shadow import Shadow, ShadowModes
+from koordlet.qosmanager.shadow import Shadow
 from koordlet.resourceexecutor import ResourceExecutor
+from koordlet.shadowmodes import ShadowModes
 from koordlet.system.resources import REGISTRY
 from tests.fixtures.realcgroup import RealCgroups
 from tests.integration.qosmanager.test_cpusuppress_real import BE_DIR, BUSY, INTERVAL, Rig, make_rig, slo

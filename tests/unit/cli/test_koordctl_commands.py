@@ -129,6 +129,8 @@ PROFILE_DOC: dict[str, Any] = {
 SHADOW_DOC: dict[str, Any] = {
     "default": False, "strategies": {"cpuevict": True, "resctrl": True},
     "effective": {"cpusuppress": False, "cpuevict": True, "resctrl": True}, "no_shadow_path": ["resctrl"],
+    "hooks": {"default": True, "hooks": {}, "effective": {"cpuset": True, "coresched": True},
+              "no_shadow_path": ["coresched"]},
 }
 DOCUMENTS: dict[str, dict[str, Any]] = {
     contract.STATUS: STATUS_DOC, contract.PODS: PODS_DOC, contract.METRICS: METRICS_DOC, contract.SLO: SLO_DOC,
@@ -421,12 +423,14 @@ def test_qos_table_says_what_shadow_mode_would_have_done(api: FakeApi, capsys: p
 def test_shadow_table(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = koordctl(api, "shadow", capsys=capsys)
     assert code == 0 and api.posted == []
-    assert out.splitlines()[0] == "default: active"
-    assert section(out, "STRATEGY") == [
-        ["STRATEGY", "MODE", "SET-BY"],
-        ["cpusuppress", "active", "default"],
-        ["cpuevict", "shadow", "own"],
-        ["resctrl", "shadow", "own (not run: no shadow path yet)"],
+    assert out.splitlines()[0] == "default: strategies active, hooks shadow"
+    assert section(out, "KIND") == [
+        ["KIND", "NAME", "MODE", "SET-BY"],
+        ["strategy", "cpusuppress", "active", "default"],
+        ["strategy", "cpuevict", "shadow", "own"],
+        ["strategy", "resctrl", "shadow", "own (not run: no shadow path yet)"],
+        ["hook", "cpuset", "shadow", "default"],
+        ["hook", "coresched", "shadow", "default (not run: no shadow path yet)"],
     ]
 
 
@@ -434,13 +438,15 @@ def test_shadow_table(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     (["cpuevict", "off"], {"strategy": "cpuevict", "shadow": False}),
     (["cpuevict", "default"], {"strategy": "cpuevict", "shadow": None}),
     (["all", "on"], {"strategy": None, "shadow": True}),
+    (["--hook", "cpuset", "on"], {"hook": "cpuset", "shadow": True}),
+    (["--hook", "all", "off"], {"hook": None, "shadow": False}),
 ])
 def test_shadow_switches_at_run_time(api: FakeApi, capsys: pytest.CaptureFixture[str], argv: list[str],
                                      body: dict[str, Any]) -> None:
     api.serve(contract.ADMIN_SHADOW, SHADOW_DOC)
     code, out, _ = koordctl(api, "shadow", *argv, capsys=capsys)
     assert code == 0 and api.posted == [(contract.ADMIN_SHADOW, body)]
-    assert out.splitlines()[0] == "default: active"
+    assert out.splitlines()[0] == "default: strategies active, hooks shadow"
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -463,6 +469,14 @@ def test_hooks_table(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
         ["1m30s", "proxy", "PreRunPodSandbox", "default/web", "-", "1.2ms", "yes", "cpu.bvt_warp_ns=2"],
         ["3s", "nri", "PreCreateContainer", "batch/spark", "executor", "0.5ms", "no", "errors: cpuset: no cpus"],
     ]
+
+
+def test_hooks_table_says_what_hooks_in_shadow_mode_would_have_set(api: FakeApi,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    call = {**HOOKS_DOC["calls"][0], "adjustment": {}, "intended": {"cpuset_cpus": "0-3"}}
+    api.serve(contract.HOOKS, {**HOOKS_DOC, "calls": [call]})
+    _, out, _ = koordctl(api, "hooks", capsys=capsys)
+    assert section(out, "AGE")[1][-2:] == ["yes", "shadow, would set: cpuset_cpus=0-3"]
 
 
 def test_evictions_table(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,9 +25,9 @@ from koordlet.metriccache import names
 from koordlet.metriccache.cache import Labels, pod_labels
 from koordlet.qosmanager.evictor import DryRunBackend, EvictionFailed, Evictions
 from koordlet.qosmanager.framework import Decision, DecisionLog
-from koordlet.qosmanager.shadow import ShadowModes
 from koordlet.resourceexecutor import CgroupUpdate, ResourceExecutor
 from koordlet.runtimehooks.framework import Hook, HookCallRecorder, HookContext, HookRequest, HookRunner, Stage
+from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from koordlet.system.probes import ProbeResult
@@ -397,11 +397,19 @@ def test_log_level_rejects_a_bad_level(world: World, serve: Any, body: Any) -> N
 
 def test_shadow_mode_is_shown_and_switched_from_the_next_round(world: World, serve: Any) -> None:
     modes = ShadowModes(known=["cpusuppress", "memoryevict"])
-    path = serve(sources_of(world, shadow=modes, no_shadow_path=["memoryevict"]))
+    hooks = ShadowModes(known=["cpu", "noop"], kind="hook")
+    path = serve(sources_of(world, shadow=modes, no_shadow_path=["memoryevict"], hook_shadow=hooks,
+                            hooks_without_shadow_path=["noop"]))
     code, doc = get(path, contract.SHADOW)
     assert (code, doc) == (200, {"default": False, "strategies": {}, "effective": {"cpusuppress": False,
                                                                                  "memoryevict": False},
-                                 "no_shadow_path": ["memoryevict"]})
+                                 "no_shadow_path": ["memoryevict"],
+                                 "hooks": {"default": False, "hooks": {}, "effective": {"cpu": False, "noop": False},
+                                           "no_shadow_path": ["noop"]}})
+    code, doc = post(path, contract.ADMIN_SHADOW, {"hook": "cpu", "shadow": True})
+    assert code == 200 and doc["hooks"]["hooks"] == {"cpu": True} and hooks.shadow("cpu")
+    assert not modes.shadow("cpusuppress")
+    assert post(path, contract.ADMIN_SHADOW, {"hook": "cpusuppress", "shadow": True})[0] == 400
     code, doc = post(path, contract.ADMIN_SHADOW, {"strategy": "cpusuppress", "shadow": True})
     assert code == 200 and doc["strategies"] == {"cpusuppress": True} and modes.shadow("cpusuppress")
     code, doc = post(path, contract.ADMIN_SHADOW, {"strategy": None, "shadow": True})

@@ -21,8 +21,9 @@ from koordlet.qosmanager.evictor import Evictions
 from koordlet.qosmanager.framework import Action, Decision, Options
 from koordlet.qosmanager.manager import QoSManager
 from koordlet.qosmanager.registry import NO_SHADOW_PATH, build_strategies, registry
-from koordlet.qosmanager.shadow import MAX_INTENDED, Shadow, ShadowModes
+from koordlet.qosmanager.shadow import MAX_INTENDED, Shadow
 from koordlet.resourceexecutor import CgroupUpdate, ResourceExecutor
+from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from koordlet.system import resources as r
 from tests.fixtures.fakehost import FakeHost
@@ -158,6 +159,7 @@ def test_every_strategy_with_writers_of_its_own_is_kept_out_of_shadow_mode() -> 
     plugins_dir = Path(plugins_package.__file__).parent
     others = re.compile(r"options\.(resctrl|coresched|cookies|sysctl|netqos)\b")
     for name in registry():
+        assert (plugins_dir / name).is_dir(), name
         sources = "".join(p.read_text() for p in (plugins_dir / name).rglob("*.py"))
         assert bool(others.search(sources)) == (name in NO_SHADOW_PATH), name
 

@@ -13,12 +13,14 @@ from koordlet.errors import ConfigError
 from koordlet.runtimehooks.framework import (
     FailurePolicy,
     Hook,
+    HookCallRecorder,
     HookContext,
     HookRequest,
     HookRunner,
     Stage,
     failure_policy,
 )
+from koordlet.shadowmodes import ShadowModes
 from koordlet.system.resources import CPU_IDLE
 
 POD = Pod(uid="u1", name="p", namespace="ns", labels={}, annotations={}, kube_qos=None, phase="Pending",
@@ -133,3 +135,58 @@ def test_duplicate_names_and_bad_policy_are_config_errors() -> None:
     assert failure_policy("Fail") is FailurePolicy.FAIL
     with pytest.raises(ConfigError, match="must be Ignore or Fail, got 'fail'"):
         failure_policy("fail")
+
+
+class IntendedSink:
+    def __init__(self) -> None:
+        self.counted: list[tuple[str, str]] = []
+
+    def observe(self, kind: str, ok: bool, seconds: float) -> None:
+        raise AssertionError("a hook call writes nothing itself")
+
+    def intended(self, kind: str, strategy: str) -> None:
+        self.counted.append((kind, strategy))
+
+
+def test_a_hook_in_shadow_mode_decides_and_the_answer_does_not_carry_it() -> None:
+    ran: list[str] = []
+
+    def tracked(name: str, fn: Callable[[HookContext], None]) -> Callable[[HookContext], None]:
+        def run(ctx: HookContext) -> None:
+            ran.append(name)
+            fn(ctx)
+        return run
+
+    modes, sink, recorder = ShadowModes(known=["cpuset", "batchresource", "coresched"], kind="hook"), \
+        IntendedSink(), HookCallRecorder(clock=lambda: 5.0)
+    runner = HookRunner([hook("cpuset", tracked("cpuset", setter("cpuset_cpus", "0-3"))),
+                         hook("batchresource", tracked("batchresource", setter("cpu_shares", 512))),
+                         hook("coresched", tracked("coresched", setter("memory_limit", 1 << 30)))],
+                        recorder=recorder, shadow=modes, shadow_sink=sink, no_shadow_path=["coresched"])
+    assert runner.run(CREATE, transport="nri").adjustment.values == {
+        "cpu_shares": 512, "cpuset_cpus": "0-3", "memory_limit": 1 << 30}
+    modes.set("cpuset", True)
+    modes.set("coresched", True)
+    ran.clear()
+    result = runner.run(CREATE, transport="nri")
+    assert result.adjustment.values == {"cpu_shares": 512}
+    assert result.intended.values == {"cpuset_cpus": "0-3"} and result.intended.owners == {"cpuset_cpus": "cpuset"}
+    assert ran == ["batchresource", "cpuset"]  # coresched has no shadow path: it does not run at all
+    assert sink.counted == [("cpuset_cpus", "runtimehooks/cpuset")]
+    call = recorder.recent(1)[0]
+    assert (call.adjustment, call.intended) == ({"cpu_shares": 512}, {"cpuset_cpus": "0-3"})
+    assert call.to_json()["intended"] == {"cpuset_cpus": "0-3"}
+    # The reconciler's rounds repeat the same intention for every pod each round: not counted again.
+    runner.run(CREATE, transport="reconciler")
+    assert len(sink.counted) == 1
+    modes.set(None, True)
+    assert runner.run(CREATE, transport="nri").adjustment.empty()
+
+
+def test_two_hooks_setting_one_field_conflict_in_shadow_mode_too() -> None:
+    modes = ShadowModes(kind="hook")
+    modes.set("b", True)
+    runner = HookRunner([hook("a", setter("cpu_shares", 1024)), hook("b", setter("cpu_shares", 2))], shadow=modes)
+    result = runner.run(CREATE)
+    assert result.errors == ["b: cpu_shares is set by both hook a and hook b"]
+    assert result.adjustment.values == {"cpu_shares": 1024} and result.intended.empty()

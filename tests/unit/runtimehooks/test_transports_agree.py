@@ -36,6 +36,7 @@ from koordlet.runtimehooks.hooks.cpuset import ANNOTATION_NODE_CPU_SHARED_POOLS
 from koordlet.runtimehooks.hooks.oomscoreadj import ANNOTATION_OOM_SCORE_ADJ
 from koordlet.runtimehooks.hookserver.server import HookServer
 from koordlet.runtimehooks.nri.plugin import NriPlugin
+from koordlet.shadowmodes import ShadowModes
 from tests.fixtures.fakenri import FakeNriRuntime
 
 GATES = {"BatchResource": True, "CPUSetAllocator": True, "OOMScoreAdj": True}
@@ -219,13 +220,14 @@ def sockets() -> Iterator[Path]:
         yield Path(tmp)
 
 
-def runner(policy: FailurePolicy) -> HookRunner:
+def runner(policy: FailurePolicy, shadow: bool = False) -> HookRunner:
     deps = HookDeps(gates=GATES, shared_pools=lambda: SHARED_POOLS)
-    return HookRunner(build_hooks(deps), policy=policy)
+    return HookRunner(build_hooks(deps), policy=policy, shadow=ShadowModes(shadow, kind="hook"))
 
 
-def ask_hookserver(directory: Path, policy: FailurePolicy, requests: list[Any], writes: NoWrites) -> list[Any]:
-    server = HookServer(runner(policy), str(directory / "hook.sock"), None, policy.value, Applier(writes))
+def ask_hookserver(directory: Path, policy: FailurePolicy, requests: list[Any], writes: NoWrites,
+                   shadow: bool = False) -> list[Any]:
+    server = HookServer(runner(policy, shadow), str(directory / "hook.sock"), None, policy.value, Applier(writes))
     server.start()
     answers: list[Any] = []
     try:
@@ -241,13 +243,14 @@ def ask_hookserver(directory: Path, policy: FailurePolicy, requests: list[Any], 
     return answers
 
 
-def ask_nri(directory: Path, policy: FailurePolicy, requests: list[Any], writes: NoWrites) -> list[Any]:
+def ask_nri(directory: Path, policy: FailurePolicy, requests: list[Any], writes: NoWrites,
+            shadow: bool = False) -> list[Any]:
     path = str(directory / "nri.sock")
 
     async def main() -> list[Any]:
         runtime = FakeNriRuntime(path)
         await runtime.start()
-        plugin = NriPlugin(runner(policy), Applier(writes), path, backoff_start=0.05, backoff_max=0.2)
+        plugin = NriPlugin(runner(policy, shadow), Applier(writes), path, backoff_start=0.05, backoff_max=0.2)
         task = asyncio.create_task(plugin.run())
         answers: list[Any] = []
         try:
@@ -276,11 +279,12 @@ class Answers:
     writes: NoWrites
 
 
-def ask_both(directory: Path, policy: FailurePolicy, cases: Mapping[str, Case] = CASES) -> Answers:
+def ask_both(directory: Path, policy: FailurePolicy, cases: Mapping[str, Case] = CASES,
+             shadow: bool = False) -> Answers:
     names = list(cases)
     writes = NoWrites()
-    hs = ask_hookserver(directory, policy, [hookserver_request(cases[n]) for n in names], writes)
-    nr = ask_nri(directory, policy, [nri_request(cases[n]) for n in names], writes)
+    hs = ask_hookserver(directory, policy, [hookserver_request(cases[n]) for n in names], writes, shadow)
+    nr = ask_nri(directory, policy, [nri_request(cases[n]) for n in names], writes, shadow)
     return Answers({n: hookserver_request(cases[n]) for n in names}, dict(zip(names, hs, strict=True)),
                    dict(zip(names, nr, strict=True)), writes)
 
@@ -320,6 +324,20 @@ def test_fields_outside_the_comparison_are_passed_through(ignore_answers: Answer
 
 def test_nothing_is_written_at_create(ignore_answers: Answers) -> None:
     assert ignore_answers.writes.updates == []
+
+
+def test_in_shadow_mode_neither_transport_adjusts_anything(sockets: Path) -> None:
+    """Every hook in shadow mode: the hooks decide as they would, and both answers leave the container as the
+    runtime asked for it."""
+    answers = ask_both(sockets, FailurePolicy.IGNORE, shadow=True)
+    for name in CASES:
+        hookserver, adjust, request = answers.hookserver[name], answers.nri[name], answers.requests[name]
+        assert not isinstance(hookserver, Refusal) and not isinstance(adjust, Refusal), name
+        assert from_nri(adjust) == {}, name
+        assert disagreements(from_resources(request.container_resources, request.container_envs),
+                             from_hookserver(hookserver), {}) == [], name
+    assert answers.writes.updates == []
+    assert any(case.adjusted for case in CASES.values())  # active mode adjusts these pods
 
 
 def test_fail_policy_refuses_the_same_pods_with_the_same_errors(sockets: Path) -> None:
