@@ -27,6 +27,7 @@ from koordlet.statesinformer.companion import CompanionError
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.qosmanager.fakes import FakeClock, MemoryAudit, RecordingBackend, make_pod
+from tests.unit.resourceexecutor.fakes import IntendedSink
 
 T0 = 1_700_000_000.0
 
@@ -139,21 +140,10 @@ def test_expired_pod_is_evicted_again() -> None:
     assert len(backend.evicted) == 2
 
 
-class CountingSink:
-    def __init__(self) -> None:
-        self.counted: list[tuple[str, str]] = []
-
-    def observe(self, kind: str, ok: bool, seconds: float) -> None:
-        raise AssertionError("nothing was written")
-
-    def intended(self, kind: str, strategy: str) -> None:
-        self.counted.append((kind, strategy))
-
-
 def test_dry_run_is_shadow_mode_for_every_eviction() -> None:
     # A dry run behaves as a real eviction would for the strategies: the pod counts as being released,
     # so thresholds can be tried out without one "would evict" line per round for the same shortage.
-    clock, sink = FakeClock(T0), CountingSink()
+    clock, sink = FakeClock(T0), IntendedSink()
     front, audit = evictions(DryRunBackend(), clock, metrics=sink)
     pod = make_pod("be", "BE")
     assert front.evict(pod, "r", "m")
@@ -166,7 +156,7 @@ def test_dry_run_is_shadow_mode_for_every_eviction() -> None:
 
 
 def test_a_shadow_eviction_launches_nothing_and_is_pending() -> None:
-    clock, backend, sink = FakeClock(T0), RecordingBackend(), CountingSink()
+    clock, backend, sink = FakeClock(T0), RecordingBackend(), IntendedSink()
     seen: list[str] = []
     front, audit = evictions(backend, clock, metrics=sink, on_evicted=lambda reason, pod: seen.append(reason))
     shadowed, real = make_pod("be", "BE"), make_pod("be2", "BE")

@@ -32,19 +32,23 @@ from tests.unit.qosmanager.fakes import FakeClock, FakeInformer, MemoryAudit, Re
 BE = "kubepods/besteffort"
 
 
-@dataclass
-class Limiter:
-    """Limits BE's CPU quota and evicts one pod every round, as a suppress or evict strategy would."""
-
-    options: Options
-    name: str = "limiter"
-    quota: int = 50_000
+class EverySecond:
+    """A strategy always enabled, every second."""
 
     def enabled(self, slo: NodeSLOSpec) -> bool:
         return True
 
     def interval(self) -> float:
         return 1.0
+
+
+@dataclass
+class Limiter(EverySecond):
+    """Limits BE's CPU quota and evicts one pod every round, as a suppress or evict strategy would."""
+
+    options: Options
+    name: str = "limiter"
+    quota: int = 50_000
 
     def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
         (result,) = self.options.executor.apply([CgroupUpdate(r.CPU_CFS_QUOTA, BE, self.quota, "limiter: be quota")])
@@ -131,14 +135,8 @@ def test_a_strategy_without_a_shadow_path_does_not_run_in_shadow_mode(fake_cgrou
     ran: list[bool] = []
 
     @dataclass
-    class Elsewhere:
+    class Elsewhere(EverySecond):
         name: str = "writes-elsewhere"
-
-        def enabled(self, slo: NodeSLOSpec) -> bool:
-            return True
-
-        def interval(self) -> float:
-            return 1.0
 
         def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
             ran.append(enabled)
@@ -189,17 +187,11 @@ def test_configured_modes_name_known_strategies_only() -> None:
 
 
 @dataclass
-class Stepper:
+class Stepper(EverySecond):
     """Lowers BE's cpuset by one CPU per round from the one in force, as cpusuppress's growth limit reads it."""
 
     options: Options
     name: str = "stepper"
-
-    def enabled(self, slo: NodeSLOSpec) -> bool:
-        return True
-
-    def interval(self) -> float:
-        return 1.0
 
     def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
         cpus = self.options.reader.read(r.CPUSET_CPUS, BE)

@@ -1,5 +1,5 @@
 """Test doubles for the resource executor: a settable clock, a writer that records and can fail, an
-in-memory audit."""
+in-memory audit, and a metrics sink for shadow mode."""
 
 from __future__ import annotations
 
@@ -54,3 +54,16 @@ class MemoryAudit:
 
     def record(self, entry: AuditEntry) -> None:
         self.entries.append(entry)
+
+
+@dataclass
+class IntendedSink:
+    """A write sink for code that must write nothing: counts shadow mode's intentions (kind, who)."""
+
+    counted: list[tuple[str, str]] = field(default_factory=list)
+
+    def observe(self, kind: str, ok: bool, seconds: float) -> None:
+        raise AssertionError(f"a write of {kind} was observed: shadow mode writes nothing")
+
+    def intended(self, kind: str, strategy: str) -> None:
+        self.counted.append((kind, strategy))

@@ -20,7 +20,7 @@ from koordlet.system import CgroupFile
 from koordlet.system import resources as r
 from koordlet.system.validators import shares_to_weight
 from tests.fixtures.fakehost import FakeHost
-from tests.unit.resourceexecutor.fakes import FakeClock, MemoryAudit, RecordingWriter
+from tests.unit.resourceexecutor.fakes import FakeClock, IntendedSink, MemoryAudit, RecordingWriter
 
 BE = "kubepods/besteffort"
 LOGGER = "koordlet.resourceexecutor.executor"
@@ -562,17 +562,6 @@ def test_each_device_line_of_a_per_device_file_is_remembered_on_its_own(fake_cgr
 
 
 # ------------------------------------------------------------------------------------------ shadow mode
-
-
-class IntendedSink:
-    def __init__(self) -> None:
-        self.counted: list[tuple[str, str]] = []
-
-    def observe(self, kind: str, ok: bool, seconds: float) -> None:
-        raise AssertionError("shadow mode writes nothing")
-
-    def intended(self, kind: str, strategy: str) -> None:
-        self.counted.append((kind, strategy))
 
 
 def test_intend_writes_nothing_and_audits_what_it_would_write(fake_cgroup_host: FakeHost) -> None:

@@ -22,6 +22,7 @@ from koordlet.runtimehooks.framework import (
 )
 from koordlet.shadowmodes import ShadowModes
 from koordlet.system.resources import CPU_IDLE
+from tests.unit.resourceexecutor.fakes import IntendedSink
 
 POD = Pod(uid="u1", name="p", namespace="ns", labels={}, annotations={}, kube_qos=None, phase="Pending",
           priority=None, containers=(Container("c", ""),))
@@ -135,17 +136,6 @@ def test_duplicate_names_and_bad_policy_are_config_errors() -> None:
     assert failure_policy("Fail") is FailurePolicy.FAIL
     with pytest.raises(ConfigError, match="must be Ignore or Fail, got 'fail'"):
         failure_policy("fail")
-
-
-class IntendedSink:
-    def __init__(self) -> None:
-        self.counted: list[tuple[str, str]] = []
-
-    def observe(self, kind: str, ok: bool, seconds: float) -> None:
-        raise AssertionError("a hook call writes nothing itself")
-
-    def intended(self, kind: str, strategy: str) -> None:
-        self.counted.append((kind, strategy))
 
 
 def test_a_hook_in_shadow_mode_decides_and_the_answer_does_not_carry_it() -> None:
