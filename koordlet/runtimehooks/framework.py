@@ -412,7 +412,7 @@ class HookRunner:
         # Every hook's values, whatever its mode: two hooks setting one field conflict in shadow mode too.
         every = Adjustment() if shadow is not None else result.adjustment
         for hook in self.hooks(request.stage):
-            if shadow is not None and hook.name in self.no_shadow_path and shadow.shadow(hook.name):
+            if shadow is not None and self.held_back(hook.name):
                 continue
             ctx = HookContext(request, hook.name)
             started = self._clock()

@@ -30,9 +30,11 @@ class RecordingWriter:
     attempts: list[tuple[str, str]] = field(default_factory=list)
     watch: list[str] = field(default_factory=list)
     snapshots: list[dict[str, str]] = field(default_factory=list)
+    reads: int = 0
     real: FileWriter = field(default_factory=FileWriter)
 
     def read(self, path: str) -> str:
+        self.reads += 1
         return self.real.read(path)
 
     def write(self, path: str, text: str) -> None:

@@ -571,17 +571,19 @@ def test_intend_writes_nothing_and_audits_what_it_would_write(fake_cgroup_host: 
     before = content(fake_cgroup_host, r.CPU_CFS_QUOTA)
     quota, same = upd(r.CPU_CFS_QUOTA, 50_000, owner="cpusuppress: be quota"), upd(r.CPU_CFS_QUOTA, -1)
     assert before in ("-1", "max 100000")  # a fresh cgroup: unlimited
-    results = executor.intend([quota, same, upd(r.CPU_SHARES, -5)], "cpusuppress")
-    assert [res.outcome for res in results] == [Outcome.INTENDED, Outcome.SKIPPED_UNCHANGED, Outcome.INVALID]
+    results = executor.intend([same, quota, upd(r.CPU_SHARES, -5)], "cpusuppress")
+    assert [res.outcome for res in results] == [Outcome.SKIPPED_UNCHANGED, Outcome.INTENDED, Outcome.INVALID]
     assert results[0].ok and results[1].ok and not results[2].ok
     assert writer.attempts == [] and content(fake_cgroup_host, r.CPU_CFS_QUOTA) == before
     (entry,) = audit.entries
-    assert (entry.old, entry.new, entry.owner, entry.outcome) == (before, results[0].text, "cpusuppress: be quota",
+    assert (entry.old, entry.new, entry.owner, entry.outcome) == (before, results[1].text, "cpusuppress: be quota",
                                                                   "intended")
     assert sink.counted == [("cpu_cfs_quota", "cpusuppress")]
-    # The same intention again within the force-update window: answered, not audited or counted again...
+    # The same intention again within the force-update window: answered without reading the file again, and
+    # not audited or counted again...
+    reads = writer.reads
     assert executor.intend([quota], "cpusuppress")[0].outcome is Outcome.INTENDED
-    assert len(audit.entries) == 1 and len(sink.counted) == 1
+    assert len(audit.entries) == 1 and len(sink.counted) == 1 and writer.reads == reads
     # ... another value is news at once, and the same one again a window later.
     executor.intend([upd(r.CPU_CFS_QUOTA, 60_000)], "cpusuppress")
     assert len(audit.entries) == 2
