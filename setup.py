@@ -92,8 +92,9 @@ setup(
             "import-linter>=2.1",
         ],
         # The benchmarks (tests/bench, `tox -e bench`) need the package and, for bench_runtimeproxy, which
-        # starts containerd through the test fixtures, pytest.
-        "bench": ["pytest>=8.0"],
+        # starts containerd through the test fixtures, pytest; bench_pressure runs a test in the v2 guest
+        # (virtme-ng, and the guest's pytest flags: pytest-timeout; the suite's conftest: hypothesis).
+        "bench": ["pytest>=8.0", "pytest-timeout>=2.3.1", "hypothesis>=6.98", "virtme-ng>=1.30"],
     },
     entry_points={
         "console_scripts": [

@@ -273,6 +273,18 @@ class QoSManagerConfig:
                               "strategy at run time)", flag="--shadow")
     shadow_strategies: str = opt("", "strategies in shadow mode besides --shadow's (comma-separated names: "
                                      "cpuevict,memoryevict)", flag="--shadow-strategies")
+    pressure_triggers: str = opt(
+        # Memory: lmkd's partial-stall threshold (ro.lmk.psi_partial_stall_ms: 70 ms in 1 s) on the node and on
+        # kubepods.  CPU: BE tasks waiting for a CPU 60% of a second (systemd-oomd's DefaultMemoryPressureLimit,
+        # 60%, applied to the tier cpuevict protects).
+        "node memory some 70000 1000000; kubepods memory some 70000 1000000; besteffort cpu some 600000 1000000",
+        "PSI triggers that wake memoryevict (memory) or cpuevict (cpu) for a round at once, ';'-separated "
+        "'<node|kubepods|besteffort> <memory|cpu> <some|full> <stall_us> <window_us>'; empty: the strategies only "
+        "poll.  Without CAP_SYS_RESOURCE a window is widened to a multiple of 2 s", flag="--pressure-triggers")
+    pressure_wake_debounce_seconds: float = opt(0.5, "shortest time between two rounds of a strategy that pressure "
+                                                     "triggers woke (a storm of firings is one round)",
+                                                flag="--pressure-wake-debounce-seconds", check=at_least(0),
+                                                duration=True)
     audit_dir: str = opt("", "directory of the write and eviction audit log (empty: <stateDir>/audit)",
                          flag="--audit-log-dir")
     audit_max_bytes: int = opt(10 * 1024 * 1024, "size at which the audit log rotates", check=positive)

@@ -37,6 +37,7 @@ from koordlet.metricsadvisor.registry import build_collectors
 from koordlet.qosmanager import framework as qos_framework
 from koordlet.qosmanager.evictor import CompanionEvictionAPI, Evictions, build_backend
 from koordlet.qosmanager.manager import QoSManager
+from koordlet.qosmanager.pressure import PressureWatcher, has_cap_sys_resource, parse_triggers, pressure_path
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.qosmanager.registry import NO_SHADOW_PATH, build_strategies, registry
 from koordlet.qosmanager.shadow import Shadow
@@ -212,6 +213,7 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
     writers = build_writers(config, state_dir, layout, metrics)
     qos = build_qos(config, layout, driver, informer, cache, metrics, effective_gates, writers, companion=client)
     slo_holders.append(qos.holder)
+    watcher, pressure_status = build_pressure(config, layout, driver.driver, qos, probes or {}, metrics)
     hooks = build_runtime_hooks(config, layout, informer, qos.holder, writers, metrics, effective_gates,
                                 probes or {}, driver=driver.driver)
     executor = writers.executor
@@ -242,7 +244,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
                                         informer.set_reservation)
         components += [source, config_sync]
     # The NodeSLO source starts before the QoS manager so its first round already has the persisted spec.
-    components += [advisor, reporter, *([slo_source] if slo_source is not None else []), qos, hooks, server]
+    components += [advisor, reporter, *([slo_source] if slo_source is not None else []), qos,
+                   *([watcher] if watcher is not None else []), hooks, server]
     # The CPU topology, re-read every nodeCPUInfoIntervalSeconds, and the report the companion writes as the
     # node's NodeResourceTopology (gate NodeTopologyReport).
     topology = TopologySource(informer, lambda: read_node_info(paths, native),
@@ -280,7 +283,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
             started_at=started_at, components=lambda: [(c.name, c.running) for c in components],
             feature_gates=dict(effective_gates), probes=lambda: results,
             companion=companion_status or (lambda: None), pods=informer.pods,
-            cgroups=HostCgroups(layout, executor.last_written), mean=cache.mean, slo=qos.holder.current,
+            cgroups=HostCgroups(layout, executor.last_written, intended=executor.last_intended), mean=cache.mean,
+            slo=qos.holder.current,
             strategies=lambda: qos.strategy_objects, decisions=qos.options.decisions, hook_names=hooks.runner.names,
             hook_calls=hooks.runner.recorder.recent if hooks.runner.recorder is not None else (lambda _n: []),
             evictions=evictor.recent if isinstance(evictor := qos.options.evictor, Evictions) else (lambda _n: []),
@@ -288,7 +292,8 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
             refused=lambda uid: [r.text() for r in informer.tenant.refused(uid)],
             shadow=qos.shadow.modes if qos.shadow is not None else None,
             no_shadow_path=sorted(qos.shadow.unsupported) if qos.shadow is not None else (),
-            hook_shadow=hooks.runner.shadow, hooks_without_shadow_path=sorted(hooks.runner.no_shadow_path))
+            hook_shadow=hooks.runner.shadow, hooks_without_shadow_path=sorted(hooks.runner.no_shadow_path),
+            pressure=pressure_status)
         debug = DebugServer(debug_socket, sources)
         components.append(debug)
     return Agent(components, cache, informer, advisor, metrics, server, driver, executor, qos, hooks, debug)
@@ -470,6 +475,40 @@ def build_qos(config: Config, layout: CgroupLayout, driver: DriverGuess, informe
     holder = NodeSLOHolder()
     source = FileNodeSLOSource(qos.nodeslo_file, holder) if qos.nodeslo_file and companion is None else None
     return QoSManager(options, build_strategies(options, shadow=shadow), holder, source, shadow=shadow)
+
+
+def build_pressure(config: Config, layout: CgroupLayout, driver: CgroupDriver, qos: QoSManager,
+                   probes: Mapping[str, bool], metrics: KoordletMetrics
+                   ) -> tuple[PressureWatcher | None, Callable[[], dict[str, Any]]]:
+    """The PSI trigger watcher that wakes memoryevict and cpuevict (None when ``qos.pressureTriggers`` is empty
+    or the kernel takes no triggers: the strategies then poll), and its status for the debug API."""
+    specs = parse_triggers(config.qos.pressure_triggers)
+    qos.wake_debounce = config.qos.pressure_wake_debounce_seconds
+    reason = ""
+    if not specs:
+        reason = "qos.pressureTriggers is empty: the eviction strategies poll at their intervals"
+    elif not probes.get("psi_trigger", False):
+        reason = "the kernel takes no PSI triggers (probe psi_trigger): the eviction strategies poll at their intervals"
+    watcher = None
+    if not reason:
+        if not has_cap_sys_resource():
+            specs = [spec.widened() for spec in specs]
+        paths: dict[str, str | Exception] = {}
+        for spec in specs:
+            try:
+                paths[spec.name] = pressure_path(layout, driver, config.host.cgroup_kube_parent, spec)
+            except KoordletError as exc:
+                paths[spec.name] = exc
+        watcher = PressureWatcher(specs, paths, qos, metrics.qos)
+        log.info("pressure triggers wake the eviction strategies", extra={"triggers": [s.text for s in specs]})
+    else:
+        log.info("no pressure triggers", extra={"reason": reason})
+
+    def status() -> dict[str, Any]:
+        return {"enabled": watcher is not None, "reason": reason, "debounce_seconds": qos.wake_debounce,
+                "triggers": watcher.status() if watcher is not None else [], "wakes": qos.wake_counts()}
+
+    return watcher, status
 
 
 def hook_shadow_modes(hooks_config: RuntimeHooksConfig, known: Sequence[str]) -> ShadowModes:

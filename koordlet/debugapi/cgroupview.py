@@ -34,16 +34,22 @@ class CgroupView(Protocol):
         """``<hierarchy>/<file>`` -> content of every readable regular file of the directory."""
         ...
 
+    def intended(self, rel_dir: str) -> dict[str, Any]:
+        """Shadow mode: ``{key: {"value", "because"}}`` of the values strategies would have written there."""
+        ...
+
 
 class HostCgroups:
     """:class:`CgroupView` on this host's hierarchies; ``written`` is the resource executor's
     :meth:`~koordlet.resourceexecutor.executor.ResourceExecutor.last_written`."""
 
     def __init__(self, layout: CgroupLayout, written: Callable[[str], str | None],
-                 reader: CgroupReader | None = None) -> None:
+                 reader: CgroupReader | None = None,
+                 intended: Callable[[str], tuple[str, str] | None] = lambda _path: None) -> None:
         self.layout = layout
         self._written = written
         self._reader = reader or CgroupReader(layout)
+        self._intended = intended
 
     def current(self, rel_dir: str) -> dict[str, Any]:
         values: dict[str, Any] = {}
@@ -56,19 +62,32 @@ class HostCgroups:
         return values
 
     def desired(self, rel_dir: str) -> dict[str, Any]:
-        values: dict[str, Any] = {}
+        return {key: value for key, value, _owner in self._decoded(rel_dir, self._written_text)}
+
+    def intended(self, rel_dir: str) -> dict[str, Any]:
+        return {key: {"value": value, "because": owner}
+                for key, value, owner in self._decoded(rel_dir, self._intended)}
+
+    def _written_text(self, path: str) -> tuple[str, str] | None:
+        text = self._written(path)
+        return None if text is None else (text, "")
+
+    def _decoded(self, rel_dir: str, lookup: Callable[[str], tuple[str, str] | None]) -> list[tuple[str, Any, str]]:
+        """(key, value, owner) of each value resource ``lookup`` knows a text for (text, owner), decoded as the
+        file would read."""
+        found = []
         for resource in VALUE_RESOURCES:
             try:
                 version = resource.version(self.layout)
-                text = self._written(resource.path(self.layout, rel_dir))
+                known = lookup(resource.path(self.layout, rel_dir))
             except (KoordletError, ValueError):
                 continue
-            if text is None:
+            if known is None:
                 continue
-            value = decode_written(resource, version, text)
+            value = decode_written(resource, version, known[0])
             if value is not None:
-                values[resource.key] = value
-        return values
+                found.append((resource.key, value, known[1]))
+        return found
 
     def hierarchies(self) -> list[tuple[str, str]]:
         """(name, root) of each mounted hierarchy: v1 subsystems sharing a mount are named together

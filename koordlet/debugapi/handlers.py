@@ -21,7 +21,7 @@ from koordlet.debugapi.cgroupview import CgroupView
 from koordlet.errors import KoordletError
 from koordlet.metriccache import names
 from koordlet.metriccache.cache import Labels, pod_labels
-from koordlet.qosmanager.evictor import EvictionAttempt
+from koordlet.qosmanager.evictor import EVICTION_HISTORY, EvictionAttempt
 from koordlet.qosmanager.framework import Decision
 from koordlet.runtimehooks.framework import HookCall
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
@@ -111,6 +111,9 @@ class DebugSources:
     hook_shadow: ShadowView | None = None
     """The runtime hooks' shadow mode switches; None: no runtime hooks."""
     hooks_without_shadow_path: Sequence[str] = ()
+    pressure: Callable[[], Mapping[str, Any] | None] = lambda: None
+    """Event-driven pressure: ``{"enabled", "reason", "debounce_seconds", "triggers", "wakes"}``; None: no QoS
+    manager."""
 
 
 @dataclass(frozen=True)
@@ -132,26 +135,31 @@ def _int_param(request: Request, name: str, default: int) -> int:
     return value
 
 
-def _pod_json(sources: DebugSources, meta: PodMeta) -> dict[str, Any]:
+def _pod_json(sources: DebugSources, meta: PodMeta, evictions: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """``evictions``: the shadow-mode evictions of each pod (by ``namespace/name``)."""
     pod = meta.pod
+    shadow = sources.shadow is not None
 
-    def values(rel_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    def values(rel_dir: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         # No directory: reading "" would show the hierarchy roots' values as the pod's.
         if not rel_dir:
-            return {}, {}
-        return sources.cgroups.current(rel_dir), sources.cgroups.desired(rel_dir)
+            return {}, {}, {}
+        return (sources.cgroups.current(rel_dir), sources.cgroups.desired(rel_dir),
+                sources.cgroups.intended(rel_dir) if shadow else {})
 
     containers = []
     for container in meta.containers:
-        current, desired = values(container.cgroup_dir)
+        current, desired, intended = values(container.cgroup_dir)
         containers.append({"name": container.name, "id": container.container_id,
-                           "cgroup_dir": container.cgroup_dir, "current": current, "desired": desired})
-    current, desired = values(meta.cgroup_dir)
+                           "cgroup_dir": container.cgroup_dir, "current": current, "desired": desired,
+                           "intended": intended})
+    current, desired, intended = values(meta.cgroup_dir)
     return {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid, "qos": meta.qos.value,
             "kube_qos": pod.kube_qos.value if pod.kube_qos is not None else None,
             "priority_class": meta.priority_class.value, "priority": pod.priority, "phase": pod.phase,
             "source": meta.source, "cgroup_dir": meta.cgroup_dir, "containers": containers,
-            "current": current, "desired": desired, "refused_keys": list(sources.refused(pod.uid))}
+            "current": current, "desired": desired, "refused_keys": list(sources.refused(pod.uid)),
+            "intended": intended, "intended_evictions": evictions.get(pod.key, [])}
 
 
 def _probe_json(probe: ProbeResult) -> dict[str, Any]:
@@ -167,11 +175,18 @@ def status(sources: DebugSources, request: Request) -> dict[str, Any]:
             "feature_gates_not_implemented": sorted(gates.NOT_IMPLEMENTED),
             "probes": [_probe_json(p) for p in sources.probes()],
             "companion": dict(companion) if (companion := sources.companion()) is not None else None,
-            "shadow": _shadow_json(sources) if sources.shadow is not None else None}
+            "shadow": _shadow_json(sources) if sources.shadow is not None else None,
+            "pressure": dict(pressure) if (pressure := sources.pressure()) is not None else None}
 
 
 def pods(sources: DebugSources, request: Request) -> dict[str, Any]:
-    return {"pods": [_pod_json(sources, meta) for meta in sources.pods()]}
+    # Shadow mode's evictions, gathered once: the evictor keeps the recent attempts of every pod together.
+    evictions: dict[str, list[dict[str, Any]]] = {}
+    if sources.shadow is not None:
+        for attempt in sources.evictions(EVICTION_HISTORY):
+            if attempt.outcome == "intended":
+                evictions.setdefault(attempt.pod, []).append(attempt.to_json())
+    return {"pods": [_pod_json(sources, meta, evictions) for meta in sources.pods()]}
 
 
 def metrics(sources: DebugSources, request: Request) -> dict[str, Any]:

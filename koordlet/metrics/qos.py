@@ -6,7 +6,11 @@
   reason}``: evictions launched; a detail series goes 5 minutes after its last increment, as Koordinator's
   GC counter does (``pkg/util/metrics/expire_metric.go``), so evicted pods' names do not pile up;
 * ``koordlet_container_scaled_cfs_quota_us`` / ``..._cfs_burst_us``: what cpuburst set per container;
-* ``koordlet_qos_strategy_duration_milliseconds{strategy, status}``: this project's, one per round.
+* ``koordlet_qos_strategy_duration_milliseconds{strategy, status}``: this project's, one per round;
+* ``koordlet_psi_trigger_fired_total{node, trigger}`` and ``koordlet_psi_trigger_last_fired_timestamp_seconds{node,
+  trigger}``: this project's, PSI trigger firings (:mod:`koordlet.qosmanager.pressure`);
+* ``koordlet_qos_woken_rounds_total{node, strategy, acted}``: this project's, rounds a trigger woke, by whether
+  they did something (``acted="false"``: a spurious wake-up).
 
 Koordinator's ``pod_eviction`` is a Go counter, exposed under exactly that name.  prometheus_client
 would append ``_total`` to a Counter, which breaks existing queries, so these are gauges only ever
@@ -19,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from koordlet.metrics import labels
 from koordlet.metrics.buckets import exponential_buckets
@@ -30,6 +34,9 @@ POD_EVICTION: Final = labels.PREFIX + "pod_eviction"
 POD_EVICTION_DETAIL: Final = labels.PREFIX + "pod_eviction_detail"
 CONTAINER_SCALED_CFS_QUOTA: Final = labels.PREFIX + "container_scaled_cfs_quota_us"
 STRATEGY_DURATION: Final = labels.PREFIX + "qos_strategy_duration_milliseconds"
+PSI_TRIGGER_FIRED: Final = labels.PREFIX + "psi_trigger_fired"
+PSI_TRIGGER_LAST_FIRED: Final = labels.PREFIX + "psi_trigger_last_fired_timestamp_seconds"
+WOKEN_ROUNDS: Final = labels.PREFIX + "qos_woken_rounds"
 DETAIL_EXPIRE_SECONDS: Final = 300.0
 """Koordinator's ``DefaultExpireTime`` for per-pod eviction series."""
 # 0.1 ms .. 1.6 s by x4: a round over 1,000 containers should stay under 10 ms.
@@ -60,6 +67,11 @@ class QoSMetrics:
                                     labels.CONTAINER_ID, labels.CONTAINER_NAME], registry=registry)
         self._duration = Histogram(STRATEGY_DURATION, "time of one QoS strategy round",
                                    [labels.STRATEGY, labels.STATUS], registry=registry, buckets=DURATION_BUCKETS)
+        self._fired = Counter(PSI_TRIGGER_FIRED, "PSI trigger firings", [labels.NODE, "trigger"], registry=registry)
+        self._last_fired = Gauge(PSI_TRIGGER_LAST_FIRED, "when a PSI trigger last fired (seconds since the epoch)",
+                                 [labels.NODE, "trigger"], registry=registry)
+        self._woken = Counter(WOKEN_ROUNDS, "QoS strategy rounds a pressure trigger woke, by whether they acted",
+                              [labels.NODE, labels.STRATEGY, "acted"], registry=registry)
 
     def be_suppress_cores(self, policy: str, cores: float) -> None:
         self._suppress.labels(self._node, policy).set(cores)
@@ -90,6 +102,13 @@ class QoSMetrics:
     def forget_container(self, pod_namespace: str, pod_name: str, container: str) -> None:
         with contextlib.suppress(KeyError):
             self._scaled_quota.remove(self._node, pod_namespace, pod_name, pod_name, container, container)
+
+    def psi_trigger_fired(self, trigger: str, at: float) -> None:
+        self._fired.labels(self._node, trigger).inc()
+        self._last_fired.labels(self._node, trigger).set(at)
+
+    def woken_round(self, strategy: str, acted: bool) -> None:
+        self._woken.labels(self._node, strategy, "true" if acted else "false").inc()
 
     def strategy_run(self, strategy: str, seconds: float, ok: bool) -> None:
         self._duration.labels(strategy, labels.status_of(ok)).observe(seconds * 1000)

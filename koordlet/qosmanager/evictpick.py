@@ -279,6 +279,8 @@ class EvictionStrategy(abc.ABC):
         self._cool_from_start = cool_from_start
         self.last_eviction: float | None = options.clock() if cool_from_start else None
         """When the last round that launched an eviction ran (the cooldown counts from it)."""
+        self.woken = False
+        """True during a round a pressure trigger woke: inputs that can be read now are (memoryevict's usage)."""
 
     def interval(self) -> float:
         return self._interval_seconds
@@ -286,6 +288,14 @@ class EvictionStrategy(abc.ABC):
     def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
         resting = self._resting(enabled)
         return resting if resting is not None else self._round(slo, self.options.clock())
+
+    def run_woken(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
+        """A round a pressure trigger asked for: :meth:`run_once` with :attr:`woken` set (the cooldown holds)."""
+        self.woken = True
+        try:
+            return self.run_once(slo, enabled)
+        finally:
+            self.woken = False
 
     @abc.abstractmethod
     def _round(self, slo: NodeSLOSpec, now: float) -> Decision:

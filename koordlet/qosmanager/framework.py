@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.config.types import CollectorConfig, QoSManagerConfig
@@ -117,6 +117,8 @@ class Decision:
     """Decided in shadow mode: nothing was written or evicted."""
     intended: tuple[str, ...] = ()
     """In shadow mode, what the round would have done ("would set ... because ...")."""
+    woken_by: str = ""
+    """Why the round ran before its interval ("psi kubepods-memory-some"); empty for a regular round."""
 
     def __post_init__(self) -> None:
         # Action(member) is the member itself; Action("none") converts (and refuses a word not in the enum).
@@ -124,7 +126,8 @@ class Decision:
 
     def to_json(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "at": self.at, "action": self.action.value, "summary": self.summary,
-                "numbers": dict(self.numbers), "shadow": self.shadow, "intended": list(self.intended)}
+                "numbers": dict(self.numbers), "shadow": self.shadow, "intended": list(self.intended),
+                "woken_by": self.woken_by}
 
 
 class Decider:
@@ -204,6 +207,7 @@ class QoSMetricsSink(Protocol):
     def scaled_cfs_quota(self, pod_namespace: str, pod_name: str, container: str, quota_us: float) -> None: ...
     def forget_container(self, pod_namespace: str, pod_name: str, container: str) -> None: ...
     def strategy_run(self, strategy: str, seconds: float, ok: bool) -> None: ...
+    def woken_round(self, strategy: str, acted: bool) -> None: ...
 
 
 class NullMetrics(QoSMetricsSink):
@@ -272,6 +276,14 @@ class Strategy(Protocol):
         decision saying why instead."""
         ...
 
+
+@runtime_checkable
+class Wakeable(Protocol):
+    """A strategy whose woken rounds differ from its regular ones (memoryevict reads usage fresh from the
+    cgroups instead of the metric cache's last sample: a wake comes because usage just changed)."""
+
+    def run_woken(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
+        ...
 
 
 def pods_by_uid(informer: StatesInformer) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """Inputs several strategies share: node capacity, usage of pods split by class, the BE QoS directory,
 a standalone host's BE workloads.
 
-Usage comes from the metric cache (never from cgroup files directly) and only when fresh: a sample older
-than ``STALE_INTERVALS`` collect intervals means the collector or the cgroup is gone, and acting on it
-would suppress or evict on a number that no longer describes the node."""
+Usage comes from the metric cache and only when fresh: a sample older than ``STALE_INTERVALS`` collect intervals
+means the collector or the cgroup is gone, and acting on it would suppress or evict on a number that no longer
+describes the node.  The one exception is a round a pressure trigger woke (:func:`fresh_memory_usage`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from koordlet import native
 from koordlet.apis.extension import QoSClass
+from koordlet.errors import KoordletError
 from koordlet.metriccache import names
 from koordlet.metriccache.cache import pod_labels
+from koordlet.metricsadvisor import cgroupfiles
 from koordlet.qosmanager.framework import Options
 from koordlet.resourceexecutor import Outcome, Result
 from koordlet.statesinformer.framework import PodMeta
@@ -100,6 +103,26 @@ def memory_usage(options: Options, pods: Sequence[PodMeta]) -> PodUsage:
     return _usage(options, pods, names.NODE_MEMORY_USAGE, names.POD_MEMORY_USAGE,
                   max_age(options, max(options.collector.memory_interval_seconds,
                                        options.collector.res_used_interval_seconds)))
+
+
+def fresh_memory_usage(options: Options, pods: Sequence[PodMeta]) -> PodUsage:
+    """:func:`memory_usage` read now from the files the collectors read (``/proc/meminfo``, each pod's memory.stat),
+    for a round woken because usage just changed, when the metric cache's samples (pod memory every
+    ``memoryIntervalSeconds``) would be seconds old.  A pod whose cgroup is gone or unreadable is absent."""
+    try:
+        meminfo = native.read_meminfo(options.layout.paths.proc("meminfo"), ["MemTotal", "MemAvailable"])
+        node: float | None = float(max(meminfo["MemTotal"] - meminfo["MemAvailable"], 0))
+    except (OSError, KoordletError, KeyError):
+        node = None
+    per_pod = {}
+    for pod in pods:
+        spec = cgroupfiles.memory_stat(options.layout, pod.cgroup_dir)
+        try:
+            values = native.read_kv(spec.path, spec.keys)
+        except (OSError, KoordletError):
+            continue
+        per_pod[pod.uid] = float(sum(values.values()))
+    return PodUsage(node, per_pod)
 
 
 def _usage(options: Options, pods: Sequence[PodMeta], node_name: str, pod_name: str, age: float,

@@ -155,8 +155,9 @@ class ResourceExecutor:
         round (cpuburst's bursts, cpusuppress's cpusets over 1,000 containers): while the ledger did not change
         since and the oldest of the batch's writes is within the force-update window, it gets the same answers
         whole.  An entry holds its updates, so their ids are not reused while it is kept."""
-        self._intended: dict[str, tuple[str, float, Outcome]] = {}
-        """Shadow mode: target -> (text, when its file was read, the outcome then) of what :meth:`intend` judged."""
+        self._intended: dict[str, tuple[str, float, Outcome, str]] = {}
+        """Shadow mode: target -> (text, when its file was read, the outcome then, the owner) of what
+        :meth:`intend` judged."""
 
     # ------------------------------------------------------------------------------------------- public
 
@@ -202,7 +203,7 @@ class ResourceExecutor:
             outcome = Outcome.SKIPPED_UNCHANGED if held else Outcome.INTENDED
             results.append(Result(p.update, outcome, p.path, p.text))
             with self._lock:
-                self._note_intended(p.target, p.text, now, outcome)
+                self._note_intended(p.target, p.text, now, outcome, p.update.owner)
             if held:
                 continue
             self._metrics.intended(p.key, strategy)
@@ -225,11 +226,11 @@ class ResourceExecutor:
         key, done = self._memo(update)
         return done._replace(position=index, update=update) if done is not None else self._prepare(index, update, key)
 
-    def _note_intended(self, target: str, text: str, now: float, outcome: Outcome) -> None:
+    def _note_intended(self, target: str, text: str, now: float, outcome: Outcome, owner: str) -> None:
         """Remembers how ``text`` for ``target`` was judged (under the state lock)."""
         if len(self._intended) >= _PREPARED_MEMO_SIZE:
             self._intended.clear()
-        self._intended[target] = (text, now, outcome)
+        self._intended[target] = (text, now, outcome, owner)
 
     def _fit_v1_quota(self, p: Prepared, planned: dict[str, str]) -> Prepared:
         """cgroup v1 refuses a CFS quota above the parent's (:mod:`.cfsquota`): ``p`` capped to what its
@@ -383,6 +384,15 @@ class ResourceExecutor:
         the last two force-update windows), or None; what the debug API shows as the desired value."""
         with self._lock:
             return self._ledger.last_written(path, lines=True)
+
+    def last_intended(self, path: str) -> tuple[str, str] | None:
+        """Shadow mode: the text a strategy would have written to ``path`` and who wanted it (the update's owner),
+        while the file holds another value; None otherwise.  What ``koordctl pods`` shows as "would set"."""
+        with self._lock:
+            known = self._intended.get(path)
+        if known is None or known[2] is not Outcome.INTENDED:
+            return None
+        return known[0], known[3]
 
     def forget(self, path: str | None = None) -> None:
         """Drops what the executor remembers (last written values, refused values) for ``path`` and the

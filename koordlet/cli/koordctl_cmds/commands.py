@@ -78,7 +78,17 @@ def status_table(doc: Document, now: float) -> str:
         effective = shadow.get("effective")
         names = [str(n) for n, on in effective.items() if on is True] if isinstance(effective, Mapping) else []
         fields.append(("Shadow mode", ", ".join(names) if names else "none (every strategy active)"))
+    pressure = doc.get("pressure")
+    triggers: list[Mapping[str, Any]] = []
+    if isinstance(pressure, Mapping):
+        fields += _pressure_fields(pressure)
+        triggers = [t for t in pressure.get("triggers") or () if isinstance(t, Mapping)]
     parts = [_fields(fields)]
+    if triggers:
+        parts.append(render.table(PRESSURE_HEADER, (
+            (render.text(t.get("name")), render.text(t.get("trigger")), ",".join(map(str, t.get("wakes") or ())),
+             render.text(t.get("registered")), render.text(t.get("fired")), render.age(t.get("last_fired"), now),
+             render.text(t.get("error") or t.get("note") or None)) for t in triggers)))
     parts.append(render.table(("COMPONENT", "RUNNING"),
                               ((render.text(c.get("name")), render.text(c.get("running")))
                                for c in _items(doc, "components"))))
@@ -100,6 +110,24 @@ def status_table(doc: Document, now: float) -> str:
                                   ((render.text(p.get("name")), render.text(p.get("supported")),
                                     render.text(p.get("reason"))) for p in probes)))
     return "\n".join(parts)
+
+
+PRESSURE_HEADER: Final = ("PSI-TRIGGER", "THRESHOLD", "WAKES", "REGISTERED", "FIRED", "LAST-FIRED", "NOTE")
+
+
+def _pressure_fields(pressure: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``Pressure`` (triggers on or why not) and ``Woken rounds`` (per strategy: acted / quiet / folded)."""
+    if pressure.get("enabled") is not True:
+        return [("Pressure", f"polling only: {render.text(pressure.get('reason') or None)}")]
+    fields = [("Pressure", f"PSI triggers wake the eviction strategies (woken rounds at least "
+                           f"{render.text(pressure.get('debounce_seconds'))} s apart)")]
+    wakes = pressure.get("wakes")
+    if isinstance(wakes, Mapping) and wakes:
+        fields.append(("Woken rounds", "; ".join(
+            f"{name}: {render.text(c.get('woken_rounds_acted'))} acted, {render.text(c.get('woken_rounds_quiet'))} "
+            f"found nothing to do, {render.text(c.get('folded'))} wakes folded"
+            for name, c in wakes.items() if isinstance(c, Mapping))))
+    return fields
 
 
 # --- pods ---------------------------------------------------------------------------------------------
@@ -157,7 +185,31 @@ def pods_table(doc: Document, now: float) -> str:
     if refused:
         out += "\nRefused by the tenant policy (koordlet handles the pod as if it did not carry these):\n"
         out += render.table(REFUSED_HEADER, refused)
+    would = [line for pod in _items(doc, "pods") for line in _would(pod)]
+    if would:
+        out += "\nShadow mode, per pod (nothing was written or evicted):\n" + "\n".join(would) + "\n"
     return out
+
+
+def _would(pod: Mapping[str, Any]) -> list[str]:
+    """"ns/name: would set <key> to <value> because <owner>" for the pod and its containers, and "would evict
+    because <reason>" for each eviction shadow mode recorded."""
+    name = f"{render.text(pod.get('namespace'))}/{render.text(pod.get('name'))}"
+    lines = []
+    places = [("", pod.get("intended"))] + [(f" container {render.text(c.get('name'))}", c.get("intended"))
+                                            for c in pod.get("containers") or () if isinstance(c, Mapping)]
+    for where, intended in places:
+        if not isinstance(intended, Mapping):
+            continue
+        for key, item in intended.items():
+            if isinstance(item, Mapping):
+                lines.append(f"  {name}{where}: would set {key} to {render.text(item.get('value'))} because "
+                             f"{render.text(item.get('because'))}")
+    for eviction in pod.get("intended_evictions") or ():
+        if isinstance(eviction, Mapping):
+            lines.append(f"  {name}: would evict because {render.text(eviction.get('reason'))}: "
+                         f"{render.text(eviction.get('message'))}")
+    return lines
 
 
 # --- metrics ------------------------------------------------------------------------------------------
@@ -219,7 +271,7 @@ def qos_table(doc: Document, now: float) -> str:
         last = last if isinstance(last, Mapping) else {}
         rows.append((render.text(strategy.get("name")), render.text(strategy.get("enabled")),
                      _mode(strategy.get("shadow")), render.text(last.get("action")), render.age(last.get("at"), now),
-                     render.text(last.get("summary") or None)))
+                     _summary(last)))
         sentences = last.get("intended")
         if last.get("shadow") is True and isinstance(sentences, list) and sentences:
             intended += [f"  {render.text(strategy.get('name'))}: {render.text(s)}" for s in sentences]
@@ -233,8 +285,15 @@ def qos_table(doc: Document, now: float) -> str:
         out += f"\nRecent actions ({len(recent)} of {len(history)}, oldest first):\n"
         out += render.table(("AGE", "STRATEGY", "ACTION", "SUMMARY"),
                             ((render.age(d.get("at"), now), render.text(d.get("strategy")),
-                              render.text(d.get("action")), render.text(d.get("summary"))) for d in recent))
+                              render.text(d.get("action")), _summary(d)) for d in recent))
     return out
+
+
+def _summary(decision: Mapping[str, Any]) -> str:
+    """The decision's summary, after what woke its round when a pressure trigger did."""
+    woken = decision.get("woken_by")
+    summary = render.text(decision.get("summary") or None)
+    return f"[woken: {woken}] {summary}" if isinstance(woken, str) and woken else summary
 
 
 # --- hooks --------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from koordlet.system.node import read_node_info
 from koordlet.system.validators import format_cpulist, parse_cpulist
 from tests.fixtures import isolation
 from tests.fixtures.agentrun import running
+from tests.fixtures.fixedpods import alive
 from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
 
@@ -59,15 +60,6 @@ def write_config(tmp_path: Path, groups: RealCgroups, nodeslo: Path, **extra: ob
 
 def last(agent: Agent, strategy: str) -> Decision | None:
     return agent.qos.options.decisions.last(strategy)
-
-
-def alive(pid: int) -> bool:
-    """Running (a killed child stays a zombie until reaped: that counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_be_workload_cgroup_is_suppressed_by_cpuset_and_quota_ls_is_not(real_cgroups: RealCgroups,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,8 @@ from koordlet.statesinformer.framework import ContainerMeta, PodMeta
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS
 from koordlet.system.layout import detect_layout
-from koordlet.system.node import NodeInfo, read_node_info
+from koordlet.system.node import read_node_info
+from tests.fixtures.fixedpods import Informer
 from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
 
@@ -36,21 +36,6 @@ BUSY = f"ballast = b'x' * {BALLAST_BYTES}\nwhile True: pass"
 # Koordinator's memory usage is memory.stat's anon + unevictable (page cache left out); memory_stat() gives the
 # v1 hierarchical total_* keys under these v2 names.
 MEMORY_USAGE_KEYS = ("inactive_anon", "active_anon", "unevictable")
-
-
-@dataclass
-class Informer:
-    pod_list: tuple[PodMeta, ...]
-    node_info: NodeInfo
-
-    def pods(self) -> Sequence[PodMeta]:
-        return self.pod_list
-
-    def node(self) -> NodeInfo:
-        return self.node_info
-
-    def subscribe(self, callback: object) -> None:
-        return None
 
 
 def pod_meta(prefix: str, qos: KubeQoS, uid: str, container_ids: Sequence[str]) -> PodMeta:

@@ -39,9 +39,10 @@ from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS
 from koordlet.system.layout import detect_layout
 from koordlet.system.node import read_node_info
+from tests.fixtures.fixedpods import alive
 from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
-from tests.integration.qosmanager.test_memoryevict_real import HOLD, alive
+from tests.integration.qosmanager.test_memoryevict_real import HOLD
 from tests.unit.qosmanager.fakes import FakeInformer
 
 MIB = 1 << 20

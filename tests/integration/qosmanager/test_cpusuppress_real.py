@@ -44,14 +44,13 @@ from koordlet.qosmanager.framework import Decision, DecisionLog, Options
 from koordlet.qosmanager.plugins.cpusuppress import CPUSuppress, calc
 from koordlet.qosmanager.reader import CgroupReader
 from koordlet.resourceexecutor import ResourceExecutor
-from koordlet.statesinformer.cpumanager import KubeletCPUManager
 from koordlet.statesinformer.framework import ContainerMeta, PodMeta
-from koordlet.statesinformer.reservation import Reservation
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS
 from koordlet.system.layout import detect_layout
-from koordlet.system.node import NodeInfo, read_node_info
+from koordlet.system.node import read_node_info
 from koordlet.system.validators import format_cpulist, parse_cpulist
+from tests.fixtures.fixedpods import Informer
 from tests.fixtures.realcgroup import RealCgroups
 
 BUSY = "while True: pass"
@@ -76,27 +75,6 @@ QUOTA_ROUNDING_US = 2 * calc.CFS_PERIOD_US // 1000
 worth 100 us of quota per period: the quota is at most 200 us above the exact (75% x 2 - LS - system) x period."""
 ROUND_GAP_SECONDS = 0.1
 """Rounds closer than the agent's 1 s: the collectors need only a later reading than the last."""
-
-
-@dataclass
-class Informer:
-    pod_list: tuple[PodMeta, ...]
-    node_info: NodeInfo
-
-    def pods(self) -> Sequence[PodMeta]:
-        return self.pod_list
-
-    def node(self) -> NodeInfo:
-        return self.node_info
-
-    def reservation(self) -> Reservation:
-        return Reservation()
-
-    def cpu_manager(self) -> KubeletCPUManager:
-        return KubeletCPUManager()
-
-    def subscribe(self, callback: object) -> None:
-        return None
 
 
 def pod_meta(prefix: str, qos: KubeQoS, uid: str, container_ids: Sequence[str]) -> PodMeta:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -26,7 +26,6 @@ import pytest
 
 from koordlet import native
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
-from koordlet.apis.pod import Container, Pod
 from koordlet.config import gates
 from koordlet.config.types import CollectorConfig, QoSManagerConfig
 from koordlet.metriccache import CacheSettings, MetricCache
@@ -40,14 +39,15 @@ from koordlet.qosmanager.reader import CgroupReader
 from koordlet.qosmanager.shadow import Shadow
 from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.shadowmodes import ShadowModes
-from koordlet.statesinformer.framework import ContainerMeta, PodMeta
-from koordlet.statesinformer.reservation import Reservation
+from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.kubepaths import CgroupDriver, KubeQoS
 from koordlet.system.layout import detect_layout
-from koordlet.system.node import NodeInfo, read_node_info
+from koordlet.system.node import read_node_info
 from tests.fixtures.cleanup import Cleanup
 from tests.fixtures.failures import ComponentFailures
+from tests.fixtures.fixedpods import Informer, alive
+from tests.fixtures.memorypressure import pod_meta
 from tests.fixtures.realcgroup import RealCgroups
 from tests.fixtures.waiting import wait_until
 from tests.unit.qosmanager.fakes import RecordingBackend
@@ -88,41 +88,6 @@ GROW_STEP = 10 * MIB
 GROW_PAUSE = 0.1  # ~100 MiB/s
 GROW_SECONDS = 60.0
 """Give-up bound for the processes to touch their memory: the TCG v2 guest does ~10 MiB/s, not 100."""
-
-
-@dataclass
-class Informer:
-    pod_list: tuple[PodMeta, ...]
-    node_info: NodeInfo
-
-    def pods(self) -> Sequence[PodMeta]:
-        return self.pod_list
-
-    def node(self) -> NodeInfo:
-        return self.node_info
-
-    def reservation(self) -> Reservation:
-        return Reservation()
-
-    def subscribe(self, callback: object) -> None:
-        return None
-
-
-def pod_meta(prefix: str, qos: KubeQoS, uid: str) -> PodMeta:
-    qdir = "kubepods/burstable" if qos is KubeQoS.BURSTABLE else "kubepods/besteffort"
-    pod_dir = f"{prefix}/{qdir}/pod{uid}"
-    pod = Pod(uid=uid, name=uid, namespace="default", labels={}, annotations={}, kube_qos=qos, phase="Running",
-              priority=9000 if qos is KubeQoS.BURSTABLE else 5000, containers=(Container("c", "c"),))
-    return PodMeta(pod=pod, cgroup_dir=pod_dir, containers=(ContainerMeta("c", "c", f"{pod_dir}/c"),))
-
-
-def alive(pid: int) -> bool:
-    """Running (a killed child stays a zombie until reaped: that counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @dataclass

@@ -319,6 +319,53 @@ def test_status_table_names_the_strategies_in_shadow_mode(api: FakeApi, capsys: 
     assert "Shadow mode: none (every strategy active)" in out.splitlines()
 
 
+PRESSURE_DOC = {
+    "enabled": True, "reason": "", "debounce_seconds": 0.5,
+    "triggers": [
+        {"name": "kubepods-memory-some", "path": "/sys/fs/cgroup/unified/kubepods/memory.pressure",
+         "trigger": "some 140000 2000000", "wakes": ["memoryevict"], "registered": True, "error": "",
+         "note": "configured some 70000 1000000; widened: no CAP_SYS_RESOURCE", "fired": 3, "last_fired": NOW - 60},
+        {"name": "besteffort-cpu-some", "path": "/sys/fs/cgroup/unified/kubepods/besteffort/cpu.pressure",
+         "trigger": "some 1200000 2000000", "wakes": ["cpuevict"], "registered": False,
+         "error": "/sys/fs/cgroup/unified/kubepods/besteffort/cpu.pressure missing", "note": "", "fired": 0,
+         "last_fired": None},
+    ],
+    "wakes": {"memoryevict": {"received": 5, "woken_rounds_acted": 1, "woken_rounds_quiet": 2, "folded": 2}},
+}
+
+
+def test_status_table_lists_the_pressure_triggers_and_their_last_firing(
+        api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    api.serve(contract.STATUS, {**STATUS_DOC, "pressure": PRESSURE_DOC})
+    _, out, _ = koordctl(api, "status", capsys=capsys)
+    lines = out.splitlines()
+    assert any(line.startswith("Pressure:") and line.endswith(
+        "PSI triggers wake the eviction strategies (woken rounds at least 0.5 s apart)") for line in lines)
+    assert any(line.startswith("Woken rounds:") and line.endswith(
+        "memoryevict: 1 acted, 2 found nothing to do, 2 wakes folded") for line in lines)
+    assert section(out, "PSI-TRIGGER") == [
+        ["PSI-TRIGGER", "THRESHOLD", "WAKES", "REGISTERED", "FIRED", "LAST-FIRED", "NOTE"],
+        ["kubepods-memory-some", "some 140000 2000000", "memoryevict", "yes", "3", "1m",
+         "configured some 70000 1000000; widened: no CAP_SYS_RESOURCE"],
+        ["besteffort-cpu-some", "some 1200000 2000000", "cpuevict", "no", "0", "-",
+         "/sys/fs/cgroup/unified/kubepods/besteffort/cpu.pressure missing"],
+    ]
+    api.serve(contract.STATUS, {**STATUS_DOC, "pressure": {
+        "enabled": False, "reason": "qos.pressureTriggers is empty", "triggers": [], "wakes": {}}})
+    _, out, _ = koordctl(api, "status", capsys=capsys)
+    assert any(line.startswith("Pressure:") and line.endswith("polling only: qos.pressureTriggers is empty")
+               for line in out.splitlines())
+    assert "PSI-TRIGGER" not in out
+
+
+def test_qos_history_says_which_rounds_a_trigger_woke(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    woken = {"strategy": "memoryevict", "at": NOW - 5, "action": "evict", "summary": "kubepods memory 85% >= 70%",
+             "numbers": {}, "shadow": False, "intended": [], "woken_by": "psi kubepods-memory-some"}
+    api.serve(contract.QOS, {**QOS_DOC, "history": [woken]})
+    _, out, _ = koordctl(api, "qos", capsys=capsys)
+    assert "[woken: psi kubepods-memory-some] kubepods memory 85% >= 70%" in out
+
+
 def test_status_table_without_companion(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     api.serve(contract.STATUS, {**STATUS_DOC, "companion": None, "feature_gates": {}, "probes": []})
     code, out, _ = koordctl(api, "status", capsys=capsys)
@@ -339,6 +386,24 @@ def test_pods_table(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     ]
     # The BE quota differs from what koordlet last wrote: marked, and the mark is explained.
     assert out.splitlines()[-1].startswith("* differs from the value koordlet last wrote")
+
+
+def test_pods_table_says_what_shadow_mode_would_have_done(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    web = PODS_DOC["pods"][0]
+    shadowed = {**web, "intended": {"cpu_cfs_quota": {"value": 300000, "because": "cpusuppress: BE limited"}},
+                "containers": [{**web["containers"][0], "intended": {"cpuset_cpus": {"value": "0-2",
+                                                                                    "because": "cpusuppress"}}}],
+                "intended_evictions": [{"at": NOW - 5, "pod": "default/web", "reason": "EvictPodByNodeMemoryUsage",
+                                        "message": "node memory 78%", "outcome": "intended", "backend": "cri"}]}
+    api.serve(contract.PODS, {"pods": [shadowed, *PODS_DOC["pods"][1:]]})
+    _, out, _ = koordctl(api, "pods", capsys=capsys)
+    lines = out.splitlines()
+    at = lines.index("Shadow mode, per pod (nothing was written or evicted):")
+    assert lines[at + 1:at + 4] == [
+        "  default/web: would set cpu_cfs_quota to 300000 because cpusuppress: BE limited",
+        "  default/web container nginx: would set cpuset_cpus to 0-2 because cpusuppress",
+        "  default/web: would evict because EvictPodByNodeMemoryUsage: node memory 78%",
+    ]
 
 
 def test_pods_table_empty(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:

@@ -47,6 +47,10 @@ class FakeCgroups:
     current_values: dict[str, dict[str, Any]] = field(default_factory=dict)
     desired_values: dict[str, dict[str, Any]] = field(default_factory=dict)
     file_map: dict[str, dict[str, str]] = field(default_factory=dict)
+    intended_values: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def intended(self, rel_dir: str) -> dict[str, Any]:
+        return dict(self.intended_values.get(rel_dir, {}))
 
     def current(self, rel_dir: str) -> dict[str, Any]:
         return dict(self.current_values.get(rel_dir, {}))
@@ -166,7 +170,7 @@ def test_status(world: World, serve: Any) -> None:
         "feature_gates_not_implemented": sorted(gates.NOT_IMPLEMENTED),
         "probes": [{"name": "psi", "supported": True, "reason": "/proc/pressure/cpu readable"},
                    {"name": "perf", "supported": False, "reason": "EACCES"}],
-        "companion": None, "shadow": None,
+        "companion": None, "shadow": None, "pressure": None,
     }
 
 
@@ -194,12 +198,30 @@ def test_pods_show_current_and_desired_per_cgroup(world: World, serve: Any) -> N
     batch = by_name["batch"]
     assert batch["current"] == {"cpu_shares": 2, "cpuset_cpus": "0-3"}
     assert batch["desired"] == {"cpu_shares": 2}
+    assert batch["intended"] == {} and batch["intended_evictions"] == []  # no shadow mode: nothing asked
     assert [c["name"] for c in batch["containers"]] == ["a", "b"]
     first = batch["containers"][0]
     assert (first["id"], first["cgroup_dir"], first["current"], first["desired"]) == (
         container.container_id, container.cgroup_dir, {"memory_limit": -1}, {})
     # No directory: nothing read (the hierarchy roots are not the pod's).
     assert (by_name["pending"]["current"], by_name["pending"]["desired"]) == ({}, {})
+
+
+def test_pods_say_what_shadow_mode_would_have_done_to_each(world: World, serve: Any) -> None:
+    container = BATCH.containers[0]
+    world.cgroups.intended_values = {
+        BATCH.cgroup_dir: {"cpu_cfs_quota": {"value": 300000, "because": "cpusuppress: BE limited to 3 CPUs"}},
+        container.cgroup_dir: {"cpuset_cpus": {"value": "0-2", "because": "cpusuppress"}}}
+    world.evictions.evict(BATCH, "EvictPodByNodeMemoryUsage", "node memory 78% >= 70%")  # dry-run: shadow mode
+    code, doc = get(serve(sources_of(world, shadow=ShadowModes(known=["cpusuppress"]))), contract.PODS)
+    assert code == 200
+    by_name = {p["name"]: p for p in doc["pods"]}
+    batch = by_name["batch"]
+    assert batch["intended"] == world.cgroups.intended_values[BATCH.cgroup_dir]
+    assert batch["containers"][0]["intended"] == world.cgroups.intended_values[container.cgroup_dir]
+    assert [(e["reason"], e["outcome"]) for e in batch["intended_evictions"]] == [
+        ("EvictPodByNodeMemoryUsage", "intended")]
+    assert by_name["web"]["intended"] == {} and by_name["web"]["intended_evictions"] == []
 
 
 def test_metrics_averages_over_the_window(world: World, serve: Any) -> None:
@@ -252,10 +274,11 @@ def test_qos_lists_strategies_their_last_decision_and_history(world: World, serv
     assert doc["strategies"] == [
         {"name": "cpusuppress", "enabled": True, "interval_seconds": 1.0, "shadow": False,
          "last": {"strategy": "cpusuppress", "at": 11.0, "action": "none", "summary": "fine", "numbers": {},
-                  "shadow": False, "intended": []}},
+                  "shadow": False, "intended": [], "woken_by": ""}},
         {"name": "memoryevict", "enabled": False, "interval_seconds": 5.0, "shadow": False, "last": None}]
     assert doc["history"] == [{"strategy": "cpusuppress", "at": 10.0, "action": "suppress",
-                               "summary": "BE limited", "numbers": {"cores": 3}, "shadow": False, "intended": []}]
+                               "summary": "BE limited", "numbers": {"cores": 3}, "shadow": False, "intended": [],
+                               "woken_by": ""}]
 
 
 def test_hooks_recent_calls_newest_last(world: World, serve: Any) -> None:
@@ -558,8 +581,12 @@ def test_host_cgroups_reads_current_desired_and_files(fake_cgroup_host: FakeHost
     host.mkdir_cgroup(rel)
     layout = host.layout()
     executor = ResourceExecutor(layout, FakeClock(), MemoryAudit())
-    view = HostCgroups(layout, executor.last_written)
+    view = HostCgroups(layout, executor.last_written, intended=executor.last_intended)
     assert view.desired(rel) == {}
+    # Shadow mode: what a strategy would write, and who wanted it; a value the file holds is no intention.
+    executor.intend([CgroupUpdate(CPU_SHARES, rel, 4096, "cpusuppress: be")], "cpusuppress")
+    assert view.intended(rel) == {"cpu_shares": {"value": 4096 if layout.controller_version == 1 else 4091,
+                                                 "because": "cpusuppress: be"}}
     executor.apply([CgroupUpdate(CPU_SHARES, rel, 4096, "test"), CgroupUpdate(MEMORY_LIMIT, rel, 1 << 30, "t"),
                     CgroupUpdate(CPUSET_CPUS, rel, "0-1", "test"), CgroupUpdate(CPU_CFS_QUOTA, rel, 50_000, "t")])
     if layout.controller_version == 2:

@@ -215,6 +215,8 @@ def test_an_idle_server_sleeps_until_a_connection_or_shutdown() -> None:
             sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             status, document, _ = read_answer(sock)
         assert (status, document["ok"]) == (200, True)
+        # The loop turns once the request was handled, which may be just after the answer reached us.
+        wait_until("the serving loop to turn for the connection", lambda: server.turns >= 1)
         assert server.turns == 1
     finally:
         server.shutdown()

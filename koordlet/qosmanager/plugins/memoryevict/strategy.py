@@ -16,6 +16,9 @@ What capacity and usage mean is ``qos.memoryEvictBase``: ``node`` (MemTotal and 
 Koordinator) or ``kubepods`` (the kubepods cgroup's memory limit and the sum of its pods' usage), for a
 host whose pods live under a memory-limited parent where node-wide numbers never cross the threshold.
 
+A round a pressure trigger woke (:mod:`koordlet.qosmanager.pressure`) reads usage from the cgroup files at once
+instead of the metric cache, whose pod samples may be a memory interval old.
+
 A round with an eviction starts the cooldown (``memory_evict_cool_time_seconds``, 4 s); a round whose
 evictions all failed does not, so the next round retries."""
 
@@ -134,7 +137,7 @@ class MemoryEvict(EvictionStrategy):
                                f"memoryEvictThresholdPercent {threshold_pct}", numbers, reason="invalid_config")
         kubepods = self.options.config.memory_evict_base == KUBEPODS_BASE
         # Below the threshold (most rounds) the node base needs no per-pod lookup.
-        usage = helpers.memory_usage(self.options, pods if kubepods else [])
+        usage = self._usage(pods if kubepods else [])
         base = self._kubepods_base(pods, usage) if kubepods else self._node_base(usage)
         if isinstance(base, Unavailable):
             return self._early(plan, pods, now, Action.SKIP, base.text, numbers, reason=base.reason)
@@ -145,7 +148,7 @@ class MemoryEvict(EvictionStrategy):
         if usage_pct < threshold_pct:
             return self._early(plan, pods, now, Action.NONE, f"{what} < {threshold_pct}%: nothing to evict", numbers)
         if not kubepods:
-            usage = helpers.memory_usage(self.options, pods)
+            usage = self._usage(pods)
         needed = calc.release_bytes(base.capacity, usage_pct, lower_pct)
         numbers["need_release_bytes"] = needed
 
@@ -160,6 +163,13 @@ class MemoryEvict(EvictionStrategy):
         return self._report(what, threshold_pct, needed, outcome, tasks, notes, numbers)
 
     # ---------------------------------------------------------------------------------------- inputs
+
+    def _usage(self, pods: Sequence[PodMeta]) -> helpers.PodUsage:
+        """The metric cache's latest samples; in a woken round the files read now (the samples may be a memory
+        interval old, and the trigger says usage just changed)."""
+        if self.woken:
+            return helpers.fresh_memory_usage(self.options, pods)
+        return helpers.memory_usage(self.options, pods)
 
     def _node_base(self, usage: helpers.PodUsage) -> Base | Unavailable:
         """MemTotal and the node's usage, or why they are unavailable."""

@@ -13,7 +13,7 @@ tries the failed pods again."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -587,3 +587,39 @@ def test_evictpick_priority_defaults() -> None:
     assert evictpick.priority_with_default(make_pod("a", "LS").pod) == 9500
     assert evictpick.priority_with_default(
         make_pod("a", "LS", labels={"koordinator.sh/priority-class": "koord-mid"}).pod) == 7500
+
+
+# ------------------------------------------------------------------------------------------ woken rounds
+
+
+def write_anon(world: World, anon: Sequence[int], page_cache: int = 0) -> None:
+    """Each pod's memory.stat (in the informer's order) with ``anon`` bytes of anonymous memory."""
+    prefix = "total_" if world.options.layout.controller_version == 1 else ""
+    for meta, used in zip(world.informer.pod_list, anon, strict=True):
+        world.host.write_memory_stat(meta.cgroup_dir, **{f"{prefix}active_anon": used,
+                                                         f"{prefix}inactive_file": page_cache})
+
+
+def test_a_woken_round_reads_usage_from_the_files_not_the_cache(fake_cgroup_host: FakeHost, tmp_path: Path) -> None:
+    """A pressure trigger wakes memoryevict because usage just changed: the cache's pod samples (every
+    memoryIntervalSeconds) still say 20%, the pods' memory.stat says 78%."""
+    world = kubepods_world(fake_cgroup_host, tmp_path, str(GIB))
+    world.clock.advance(1.0)
+    world.usage(2 * GIB, {"uid-ls": 100 * MIB, "uid-be-a": 50 * MIB, "uid-be-b": 50 * MIB})
+    write_anon(world, (100 * MIB, 500 * MIB, 200 * MIB), page_cache=300 * MIB)
+    assert world.run().action == "none"  # a regular round believes the cache
+    decision = world.strategy.run_woken(slo())
+    assert decision.action == "evict", decision.summary
+    assert world.evicted() == ["default/be-a"] and decision.numbers["used_bytes"] == 800 * MIB
+    assert world.strategy.woken is False  # only that round
+
+
+def test_a_woken_round_still_cools_down(fake_cgroup_host: FakeHost, tmp_path: Path) -> None:
+    world = kubepods_world(fake_cgroup_host, tmp_path, str(GIB))
+    write_anon(world, (100 * MIB, 500 * MIB, 200 * MIB))
+    assert world.strategy.run_woken(slo()).action == "evict"
+    world.informer.pod_list = [p for p in world.informer.pod_list if p.pod.name != "be-a"]
+    world.clock.advance(1.0)
+    decision = world.strategy.run_woken(slo())
+    assert decision.action == "none" and decision.summary.startswith("cooling down"), decision.summary
+    assert world.evicted() == ["default/be-a"]
