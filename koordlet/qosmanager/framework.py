@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from koordlet.resourceexecutor.coresched import CoreSchedExecutor
     from koordlet.resourceexecutor.netqos import NetQoS
     from koordlet.resourceexecutor.resctrl import ResctrlExecutor
-    from koordlet.resourceexecutor.sysctl import SysctlExecutor
+    from koordlet.resourceexecutor.sysctl import SysctlUpdate
+    from koordlet.system.sysfiles import SysFile
 
 
 class Executor(Protocol):
@@ -67,6 +68,19 @@ class Evictor(Protocol):
 
     def pending(self, pods: Iterable[PodMeta]) -> set[str]:
         ...
+
+
+class KernelKnobs(Protocol):
+    """The kernel knob writer as strategies see it (:class:`~koordlet.resourceexecutor.sysctl.SysctlExecutor`,
+    or a strategy's shadow-mode view of it)."""
+
+    def path(self, file: SysFile) -> str: ...
+    def original(self, file: SysFile) -> str | None: ...
+    def restorable(self) -> Mapping[str, str]: ...
+    def apply(self, update: SysctlUpdate) -> Result: ...
+    def restore(self, file: SysFile, owner: str) -> Result | None: ...
+    def apply_feature(self, name: str, enabled: bool, owner: str) -> Result: ...
+    def restore_feature(self, name: str, owner: str) -> Result | None: ...
 
 
 class Action(enum.StrEnum):
@@ -249,7 +263,7 @@ class Options:
     closid_reserve: int = 1
     """resctrl CLOSIDs kept free beyond the class groups not made yet: no per-pod group eats into them
     (``tenant.podResctrlClosidReserve``)."""
-    sysctl: SysctlExecutor | None = None
+    sysctl: KernelKnobs | None = None
     """The writer of node-wide kernel knobs (``/proc/sys/vm``...); None: the sysreconcile strategy skips."""
     kubelet_root_dir: str = "/var/lib/kubelet"
     """kubelet's root directory as koordlet sees it (its pod volume mounts: blkio ``podvolume`` blocks)."""

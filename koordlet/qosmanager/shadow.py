@@ -12,22 +12,25 @@ it at the start of every round, so a switch takes effect in the strategy's next 
 Each strategy gets its own :class:`StrategyWriters`: the cgroup executor and the evictor as the strategy sees
 them.  In a shadow round the executor is asked what it *would* write (:meth:`ResourceExecutor.intend`) and the
 evictor records the eviction without launching it (a pod so "evicted" is pending, as after a real eviction, so
-the next rounds decide as they would have).  Strategies whose writes go through other writers (resctrl groups,
-core-scheduling cookies, sysctls, tc) have no shadow path yet: in shadow mode they do not run at all (their
-decision says so), so shadow mode never writes.
+the next rounds decide as they would have).  Kernel knobs (sysreconcile) go through :class:`ShadowSysctl` the
+same way.  Strategies whose writes go through other writers (resctrl groups, core-scheduling cookies, tc) have
+no shadow path yet: in shadow mode they do not run at all (their decision says so), so shadow mode never writes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import errno
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from koordlet.qosmanager.framework import Evictor, Executor, Options, Reader
 from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
+from koordlet.resourceexecutor.sysctl import FEATURE_KEY, FEATURES_RESOURCE, SysctlExecutor, SysctlUpdate
 from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.cgroupfile import CgroupFile, FileKind
+from koordlet.system.sysfiles import SysFile, check_feature_name
 from koordlet.system.validators import parse_cpulist
 
 MAX_INTENDED: Final = 256
@@ -73,10 +76,15 @@ class StrategyWriters:
         self._would_hold: dict[str, Any] = {}
         """File -> the value it would hold had shadow mode written it (as the reader reads it)."""
 
+        self.sysctl: ShadowSysctl | None = None
+        """The kernel knob writer as this strategy sees it (:meth:`Shadow.options_for` sets it)."""
+
     def begin_round(self, shadow: bool) -> None:
         """The mode of the round about to run (kept for all of it, whatever the debug API does meanwhile)."""
         if not shadow:
             self._would_hold.clear()  # active: the files hold what is written
+            if self.sysctl is not None:
+                self.sysctl.reset()
         self.shadow = shadow
         self.intended = []
 
@@ -95,7 +103,7 @@ class StrategyWriters:
                 self._would_hold[result.path] = value
             elif result.outcome is Outcome.SKIPPED_UNCHANGED:
                 self._would_hold.pop(result.path, None)
-        self._note(f"would set {r.path} to {r.text!r} because {r.update.owner}"
+        self.note(f"would set {r.path} to {r.text!r} because {r.update.owner}"
                    for r in results if r.outcome is Outcome.INTENDED)
         return results
 
@@ -108,7 +116,7 @@ class StrategyWriters:
         if not self.shadow:
             return self._evictor.evict(pod, reason, message)
         if pod.uid not in self._evictor.pending([pod]):  # a pending pod is not evicted twice, nor noted
-            self._note([f"would evict {pod.pod.key} because {reason}: {message}"])
+            self.note([f"would evict {pod.pod.key} because {reason}: {message}"])
         return self._evictor.evict(pod, reason, message, shadow=self.strategy)
 
     def pending(self, pods: Iterable[PodMeta]) -> set[str]:
@@ -126,10 +134,130 @@ class StrategyWriters:
                 return self._would_hold[path]
         return self._reader.read(resource, rel_dir)
 
-    def _note(self, sentences: Iterable[str]) -> None:
+    def note(self, sentences: Iterable[str]) -> None:
         room = MAX_INTENDED - len(self.intended)
         if room > 0:
             self.intended.extend(list(sentences)[:room])
+
+
+class ShadowSysctl:
+    """The kernel knob executor as one strategy sees it: itself in active rounds; in shadow rounds each knob and
+    scheduler feature is compared with what the strategy would have set (or, before that, the file), and what
+    differs is audited and counted as intended and not written.  It keeps the values found before the first
+    intention, so a knob no longer wanted "goes back" as it would in active mode."""
+
+    def __init__(self, writers: StrategyWriters, executor: SysctlExecutor) -> None:
+        self._writers = writers
+        self._executor = executor
+        self._would: dict[str, str] = {}
+        """Knob path, or ``sched_features:<NAME>`` -> the text it would hold."""
+        self._originals: dict[str, str] = {}
+        """As the executor's originals: knob key (or feature key) -> its text before the first intention."""
+
+    def reset(self) -> None:
+        self._would.clear()
+        self._originals.clear()
+
+    def path(self, file: SysFile) -> str:
+        return self._executor.path(file)
+
+    def read(self, file: SysFile) -> int:
+        return self._executor.read(file)
+
+    def sched_features(self) -> dict[str, bool]:
+        return self._executor.sched_features()
+
+    def original(self, file: SysFile) -> str | None:
+        if self._writers.shadow and file.key in self._originals:
+            return self._originals[file.key]
+        return self._executor.original(file)
+
+    def restorable(self) -> Mapping[str, str]:
+        known = self._executor.restorable()
+        return {**known, **self._originals} if self._writers.shadow else known
+
+    def apply(self, update: SysctlUpdate) -> Result:
+        if not self._writers.shadow:
+            return self._executor.apply(update)
+        path = self._executor.path(update.file)
+        try:
+            text = str(update.file.check(update.value))
+        except ValueError as exc:
+            return Result(None, Outcome.INVALID, path=path, error=str(exc))
+        return self._intend(update.file.key, path, path, update.file.key, text, update.owner,
+                            lambda: self._executor.text(update.file))
+
+    def restore(self, file: SysFile, owner: str) -> Result | None:
+        if not self._writers.shadow:
+            return self._executor.restore(file, owner)
+        original = self.original(file)
+        if original is None:
+            return None
+        path = self._executor.path(file)
+        result = self._intend(file.key, path, path, file.key, original, owner, lambda: self._executor.text(file))
+        if result.ok:
+            self._originals.pop(file.key, None)
+            self._would.pop(path, None)  # the file holds the original again: nothing written was left
+        return result
+
+    def apply_feature(self, name: str, enabled: bool, owner: str) -> Result:
+        if not self._writers.shadow:
+            return self._executor.apply_feature(name, enabled, owner)
+        path = self._executor.features_path()
+        try:
+            check_feature_name(name)
+            current = self._executor.sched_features()
+        except ValueError as exc:
+            return Result(None, Outcome.INVALID, path=path, error=str(exc))
+        except OSError as exc:
+            return _read_failed(path, FEATURES_RESOURCE, exc)
+        if name not in current:
+            return Result(None, Outcome.INVALID, path=path,
+                          error=f"{path}: this kernel has no scheduler feature {name}")
+        key = FEATURE_KEY + name
+        held = current[name]
+        result = self._intend(key, key, path, FEATURES_RESOURCE, name if enabled else f"NO_{name}", owner,
+                              lambda: name if held else f"NO_{name}")
+        if result.outcome is Outcome.INTENDED:
+            self._originals.setdefault(key, "1" if held else "0")
+        return result
+
+    def restore_feature(self, name: str, owner: str) -> Result | None:
+        if not self._writers.shadow:
+            return self._executor.restore_feature(name, owner)
+        key = FEATURE_KEY + name
+        original = self.restorable().get(key)
+        if original is None:
+            return None
+        result = self.apply_feature(name, original == "1", owner)
+        if result.ok:
+            self._originals.pop(key, None)
+            self._would.pop(key, None)
+        return result
+
+    def _intend(self, key: str, slot: str, path: str, resource: str, text: str, owner: str,
+                read: Callable[[], str]) -> Result:
+        """``text`` for the knob (``slot``: where its would-be text is kept) as an intention, or unchanged."""
+        believed = self._would.get(slot)
+        if believed is None:
+            try:
+                believed = read()
+            except OSError as exc:
+                return _read_failed(path, resource, exc)
+        if believed == text:
+            return Result(None, Outcome.SKIPPED_UNCHANGED, path=path, text=text)
+        if resource != FEATURES_RESOURCE:
+            self._originals.setdefault(key, self._would.get(slot, believed))
+        self._would[slot] = text
+        self._executor.intended(path, resource, believed, text, owner, self._writers.strategy)
+        self._writers.note([f"would set {path} to {text!r} because {owner}"])
+        return Result(None, Outcome.INTENDED, path=path, text=text)
+
+
+def _read_failed(path: str, resource: str, exc: OSError) -> Result:
+    if exc.errno in (errno.ENOENT, errno.ENODEV):
+        return Result(None, Outcome.UNSUPPORTED, path=path, error=f"{path}: this kernel has no {resource}")
+    return Result(None, Outcome.FAILED, path=path, error=f"{path}: {exc.strerror or exc}")
 
 
 _NOT_READ_BACK: Final = object()
@@ -156,9 +284,14 @@ class Shadow:
     executor: IntendingExecutor
     evictor: ShadowEvictor
     unsupported: frozenset[str] = frozenset()
+    sysctl: SysctlExecutor | None = None
+    """The kernel knob executor strategies' knobs go through (None: none, or they keep the options' own)."""
     writers: dict[str, StrategyWriters] = field(default_factory=dict)
 
     def options_for(self, strategy: str, options: Options) -> Options:
-        """``options`` with ``strategy``'s own executor and evictor."""
+        """``options`` with ``strategy``'s own executor, evictor, reader and kernel knob writer."""
         writers = self.writers[strategy] = StrategyWriters(strategy, self.executor, self.evictor, options.reader)
-        return replace(options, executor=writers, evictor=writers, reader=writers)
+        sysctl = options.sysctl
+        if self.sysctl is not None and sysctl is not None:
+            sysctl = writers.sysctl = ShadowSysctl(writers, self.sysctl)
+        return replace(options, executor=writers, evictor=writers, reader=writers, sysctl=sysctl)

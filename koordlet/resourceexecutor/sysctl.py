@@ -128,6 +128,16 @@ class SysctlExecutor:
                 self._save()
             return result
 
+    def text(self, file: SysFile) -> str:
+        """The knob's current text (what a write would compare with); raises ``OSError``."""
+        return self._writer.read(self.path(file)).strip()
+
+    def intended(self, path: str, resource: str, old: str | None, new: str, owner: str, strategy: str) -> None:
+        """Shadow mode: ``strategy`` would have written ``new`` where ``old`` is, and nothing was written; audited
+        as intended and counted as the cgroup executor's intentions are."""
+        self._metrics.intended(resource, strategy)
+        self._record(path, resource, old, new, owner, Outcome.INTENDED, None)
+
     def restorable(self) -> Mapping[str, str]:
         """Key -> original text of every knob koordlet changed and has not restored (scheduler features as
         ``sched_features:<NAME>`` -> "1" or "0")."""
@@ -188,6 +198,9 @@ class SysctlExecutor:
             self._audit.record(AuditEntry(path, resource, old, new, owner, outcome.value, error))
 
     # ------------------------------------------------------------------------------- scheduler features
+
+    def features_path(self) -> str:
+        return sched_features_path(self._paths)
 
     def sched_features(self) -> dict[str, bool]:
         """The scheduler's features by name; raises ``OSError`` (ENOENT: no debugfs or no such file) or

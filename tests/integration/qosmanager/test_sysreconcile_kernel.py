@@ -10,10 +10,12 @@ on a pure v2 host outside the guest, skipped without touching anything.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,8 +24,10 @@ from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
 from koordlet.config import gates
 from koordlet.qosmanager.framework import Action
 from koordlet.qosmanager.plugins.sysreconcile import SystemConfig, calc
-from koordlet.resourceexecutor import AuditLog
+from koordlet.qosmanager.shadow import Shadow
+from koordlet.resourceexecutor import AuditLog, ResourceExecutor
 from koordlet.resourceexecutor.sysctl import ORIGINALS_FILE, SysctlExecutor
+from koordlet.shadowmodes import ShadowModes
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.node import read_node_info
 from koordlet.system.sysfiles import (
@@ -136,3 +140,36 @@ def test_real_sched_feature_flipped_then_restored(guest_debugfs: None, tmp_path:
     finally:
         if parse_sched_features(_read(path))["HRTICK"] != before["HRTICK"]:
             Path(path).write_text("HRTICK" if before["HRTICK"] else "NO_HRTICK")
+
+
+def test_in_shadow_mode_real_knobs_are_decided_as_in_active_mode_and_left_alone(guest_knobs: dict[str, str],
+                                                                             tmp_path: Path) -> None:
+    """The same rounds in shadow mode, then in active mode, on the guest kernel: equal decisions; the knobs keep
+    their values through every shadow round, and the audit holds only intentions."""
+    node = read_node_info(HOST, native)
+    wanted_scale = 200 if guest_knobs["watermark_scale_factor"] == "150" else 150
+    spec = merge_over_defaults(NodeSLOSpec.from_json({"systemStrategy": {"watermarkScaleFactor": wanted_scale}},
+                                                     "spec"))
+    steps = [(spec, True), (spec, True), (spec, False)]
+
+    def options_for(run: str) -> Any:
+        options = make_options(FakeHost(tmp_path / run / "fake"), tmp_path / run, FakeInformer(node_info=node),
+                               gates={gates.SYSTEM_CONFIG: True})
+        return dataclasses.replace(options, sysctl=SysctlExecutor(HOST, options.clock, AuditLog(tmp_path / run / "a")))
+
+    options = options_for("shadow")
+    shadow = Shadow(ShadowModes(default=True), ResourceExecutor(options.layout, options.clock, None), options.evictor,
+                    sysctl=options.sysctl)
+    shadowed = SystemConfig(shadow.options_for("sysreconcile", options))
+    decided = []
+    for step_spec, enabled in steps:
+        shadow.writers["sysreconcile"].begin_round(True)
+        decided.append(shadowed.run_once(step_spec, enabled))
+        assert {k.key: _read(k.path(HOST)) for k in KNOBS} == guest_knobs
+    active = SystemConfig(options_for("active"))
+    assert [(d.action, d.summary) for d in decided] == [
+        (d.action, d.summary) for d in (active.run_once(s, e) for s, e in steps)]
+    assert decided[0].numbers["written"] == {"watermark_scale_factor": str(wanted_scale)}
+    outcomes = {json.loads(line)["outcome"] for path in (tmp_path / "shadow" / "a").glob("*")
+                for line in path.read_text().splitlines()}
+    assert outcomes == {"intended"}

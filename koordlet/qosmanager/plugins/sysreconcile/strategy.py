@@ -24,9 +24,9 @@ from typing import Any
 
 from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.config import gates
-from koordlet.qosmanager.framework import Action, Decider, Decision, Options
+from koordlet.qosmanager.framework import Action, Decider, Decision, KernelKnobs, Options
 from koordlet.qosmanager.plugins.sysreconcile import calc
-from koordlet.resourceexecutor.sysctl import FEATURE_KEY, SysctlExecutor, SysctlUpdate
+from koordlet.resourceexecutor.sysctl import FEATURE_KEY, SysctlUpdate
 from koordlet.resourceexecutor.update import Outcome, Result
 from koordlet.system.sysfiles import SCHED_GROUP_IDENTITY_ENABLED, SysFile
 
@@ -96,7 +96,7 @@ class SystemConfig:
 
     # ------------------------------------------------------------------------------------------ rounds
 
-    def _reconcile(self, executor: SysctlExecutor, slo: NodeSLOSpec) -> Decision:
+    def _reconcile(self, executor: KernelKnobs, slo: NodeSLOSpec) -> Decision:
         memory = self.options.informer.node().memory_total_bytes
         plan = calc.plan(slo.system_strategy, memory)
         tally = _Tally()
@@ -129,7 +129,7 @@ class SystemConfig:
             return self._decide(Action.APPLY, summary, numbers)
         return self._decide(Action.NONE, summary, numbers)
 
-    def _switch_off(self, executor: SysctlExecutor) -> Decision:
+    def _switch_off(self, executor: KernelKnobs) -> Decision:
         tally = _Tally()
         self._restore(executor, sorted(self._owned, key=lambda k: k.key), sorted(self._owned_features),
                       "switched off", tally)
@@ -142,7 +142,7 @@ class SystemConfig:
             return self._decide(Action.NONE, "switched off; no kernel knob to restore", numbers)
         return self._decide(Action.RECOVER, f"switched off; restored {_join(tally.restored)}", numbers)
 
-    def _restore(self, executor: SysctlExecutor, knobs: list[SysFile], features: list[str], why: str,
+    def _restore(self, executor: KernelKnobs, knobs: list[SysFile], features: list[str], why: str,
                  tally: _Tally) -> None:
         owner = f"{NAME}: {why}; restoring the value found at start"
         for knob in knobs:
@@ -167,7 +167,7 @@ class _Tally:
     failed: dict[str, str] = field(default_factory=dict)
 
     def add(self, key: str, result: Result) -> None:
-        if result.outcome is Outcome.WRITTEN:
+        if result.outcome in (Outcome.WRITTEN, Outcome.INTENDED):  # intended: shadow mode, decided as written
             self.written[key] = result.text or ""
         elif result.outcome is Outcome.UNSUPPORTED:
             self.unsupported[key] = result.error or "unsupported"

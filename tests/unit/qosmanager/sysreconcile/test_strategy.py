@@ -17,7 +17,10 @@ from koordlet.qosmanager.framework import Action, Options
 from koordlet.qosmanager.manager import QoSManager
 from koordlet.qosmanager.plugins.sysreconcile import NAME, SystemConfig
 from koordlet.qosmanager.registry import build_strategies
+from koordlet.qosmanager.shadow import Shadow
+from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.resourceexecutor.sysctl import ORIGINALS_FILE, SysctlExecutor
+from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.nodeslo import NodeSLOHolder, merge_over_defaults
 from koordlet.system.sysfiles import MEMCG_REAP_BACKGROUND, MIN_FREE_KBYTES, WATERMARK_SCALE_FACTOR, SysFile
 from tests.fixtures.fakehost import FakeHost
@@ -225,3 +228,58 @@ def test_the_group_identity_switch_an_earlier_run_set_is_not_taken_over(fake_hos
     restarted = SystemConfig(_options(fake_host, tmp_path, gate=False))
     assert not restarted.enabled(_spec(None))
     assert switch.read_text().strip() == "1"
+
+
+def test_in_shadow_mode_the_knobs_are_decided_as_in_active_mode_and_left_untouched(fake_host: FakeHost,
+                                                                                   tmp_path: Path) -> None:
+    """The same NodeSLO edits in shadow mode and then in active mode give the same decisions; shadow mode writes
+    nothing and audits what it would have written."""
+    steps = [(_spec({"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150}), True),
+             (_spec({"minFreeKbytesFactor": 100, "watermarkScaleFactor": 150}), True),
+             (_spec({"watermarkScaleFactor": 150}), True),
+             (_spec(None), False)]
+    options = _options(fake_host, tmp_path)
+    assert isinstance(options.sysctl, SysctlExecutor)
+    shadow = Shadow(ShadowModes(default=True), ResourceExecutor(options.layout, options.clock, None), options.evictor,
+                    sysctl=options.sysctl)
+    shadowed = SystemConfig(shadow.options_for(NAME, options))
+    writers = shadow.writers[NAME]
+    decided = []
+    for spec, enabled in steps:
+        writers.begin_round(True)
+        decision = shadowed.run_once(spec, enabled)
+        decided.append((decision.action, decision.summary, list(writers.intended)))
+        assert (_read(fake_host, MIN_FREE_KBYTES), _read(fake_host, WATERMARK_SCALE_FACTOR)) == ("67584", "10")
+    audit = options.sysctl._audit
+    assert isinstance(audit, MemoryAudit) and {e.outcome for e in audit.entries} == {"intended"}
+    assert options.sysctl.restorable() == {}  # nothing written, nothing to put back
+
+    active = SystemConfig(_options(fake_host, tmp_path))
+    assert [(d.action, d.summary) for d in (active.run_once(spec, enabled) for spec, enabled in steps)] == [
+        (action, summary) for action, summary, _ in decided]
+    assert [len(intended) for _, _, intended in decided] == [2, 0, 1, 1]
+    first = decided[0][2][0]
+    assert "min_free_kbytes to '167772' because sysreconcile: systemStrategy.minFreeKbytesFactor=100" in first
+
+
+def test_in_shadow_mode_sched_features_are_decided_and_left_untouched(fake_host: FakeHost, tmp_path: Path) -> None:
+    options = _options(fake_host, tmp_path)
+    kernel = with_features(fake_host.paths)
+    executor = SysctlExecutor(fake_host.paths, options.clock, MemoryAudit(), writer=kernel)
+    options = dataclasses.replace(options, sysctl=executor)
+    shadow = Shadow(ShadowModes(default=True), ResourceExecutor(options.layout, options.clock, None), options.evictor,
+                    sysctl=executor)
+    strategy = SystemConfig(shadow.options_for(NAME, options))
+    writers = shadow.writers[NAME]
+    before = Path(kernel.path).read_text()
+    decisions = []
+    for spec, enabled in ((_spec({"schedFeatures": {"HRTICK": True, "GENTLE_FAIR_SLEEPERS": False}}), True),
+                          (_spec({"schedFeatures": {"HRTICK": True}}), True), (_spec(None), False)):
+        writers.begin_round(True)
+        decisions.append(strategy.run_once(spec, enabled))
+        assert Path(kernel.path).read_text() == before
+    assert decisions[0].numbers["written"] == {"sched_features:GENTLE_FAIR_SLEEPERS": "NO_GENTLE_FAIR_SLEEPERS",
+                                               "sched_features:HRTICK": "HRTICK"}
+    assert decisions[1].numbers["restored"] == {"sched_features:GENTLE_FAIR_SLEEPERS": "1"}
+    assert (decisions[2].action, decisions[2].numbers["restored"]) == (Action.RECOVER, {"sched_features:HRTICK": "0"})
+    assert executor.restorable() == {}
