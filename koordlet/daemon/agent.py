@@ -360,7 +360,6 @@ def build_runtime_hooks(config: Config, layout: CgroupLayout, informer: StatesIn
     deps = HookDeps(layout=layout, gates=effective_gates, probes=probes,
                     nodeslo=lambda: holder.current().spec, coresched=writers.coresched, cookies=writers.cookies,
                     resctrl=writers.resctrl, shared_pools=informer.shared_pools, tenant=informer.tenant,
-                    sysctl=writers.sysctl,  # kernel.sched_group_identity_enabled
                     cpu_normalization_ratio=NormalizationRatio(
                         lambda: (node.annotations if (node := informer.kube_node()) is not None else None)))
     hooks_config = config.runtime_hooks
@@ -382,7 +381,8 @@ def build_runtime_hooks(config: Config, layout: CgroupLayout, informer: StatesIn
                         qos_dirs=None if driver is None else {  # the kube-QoS level of the hooks
                             q: under_parent(config.host.cgroup_kube_parent, qos_dir(driver, q)) for q in KubeQoS},
                         host_apps=None if driver is None else host_app_targets(
-                            holder, driver, config.host.cgroup_kube_parent))
+                            holder, driver, config.host.cgroup_kube_parent),
+                        sysctl=writers.sysctl)  # kernel.sched_group_identity_enabled
 
 
 def host_app_targets(holder: NodeSLOHolder, driver: CgroupDriver, kube_parent: str

@@ -13,8 +13,9 @@ Each strategy gets its own :class:`StrategyWriters`: the cgroup executor and the
 them.  In a shadow round the executor is asked what it *would* write (:meth:`ResourceExecutor.intend`) and the
 evictor records the eviction without launching it (a pod so "evicted" is pending, as after a real eviction, so
 the next rounds decide as they would have).  Kernel knobs (sysreconcile) go through :class:`ShadowSysctl` the
-same way.  Strategies whose writes go through other writers (resctrl groups, core-scheduling cookies, tc) have
-no shadow path yet: in shadow mode they do not run at all (their decision says so), so shadow mode never writes.
+same way, and network QoS plans (netqos) through :class:`ShadowNetQoS`.  Strategies whose writes go through other
+writers (resctrl groups, core-scheduling cookies) have no shadow path yet: in shadow mode they do not run at all
+(their decision says so), so shadow mode never writes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, Final, Protocol
 
 from koordlet.qosmanager.framework import Evictor, Executor, Options, Reader
 from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
+from koordlet.resourceexecutor.netqos import NetQoS, NetQoSPlan, plan_text
 from koordlet.resourceexecutor.sysctl import FEATURE_KEY, FEATURES_RESOURCE, SysctlExecutor, SysctlUpdate
 from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.framework import PodMeta
@@ -45,6 +47,9 @@ class IntendingExecutor(Executor, Protocol):
     """The cgroup executor, which can also say what it would write (:class:`ResourceExecutor`)."""
 
     def intend(self, updates: Iterable[CgroupUpdate], strategy: str) -> list[Result]:
+        ...
+
+    def record_intended(self, path: str, kind: str, old: str | None, new: str, owner: str, strategy: str) -> None:
         ...
 
 
@@ -110,6 +115,10 @@ class StrategyWriters:
     def forget(self, path: str | None = None) -> None:
         self._executor.forget(path)
 
+    def record_intended(self, path: str, kind: str, old: str | None, new: str, owner: str) -> None:
+        """A shadow round's intention through a writer of the strategy's own (tc, resctrl, core scheduling)."""
+        self._executor.record_intended(path, kind, old, new, owner, self.strategy)
+
     # ---------------------------------------------------------------------------------- the evictor
 
     def evict(self, pod: PodMeta, reason: str, message: str) -> bool:
@@ -138,6 +147,37 @@ class StrategyWriters:
         room = MAX_INTENDED - len(self.intended)
         if room > 0:
             self.intended.extend(list(sentences)[:room])
+
+
+class ShadowNetQoS:
+    """A network QoS backend as one strategy sees it: the backend itself in active rounds; in shadow rounds a plan
+    is recorded as intended (audit log, counter, decision) and neither tc nor the Terway agent is touched.  The
+    strategy keeps the plan it believes in force, so its next rounds decide as they would have."""
+
+    def __init__(self, writers: StrategyWriters, backend: NetQoS, policy: str) -> None:
+        self._writers = writers
+        self._backend = backend
+        self._policy = policy
+
+    def apply(self, plan: NetQoSPlan) -> None:
+        if not self._writers.shadow:
+            self._backend.apply(plan)
+            return
+        self._intend(f"netqos:{self._policy}:{plan.interface}", plan_text(plan))
+
+    def clear(self) -> None:
+        if not self._writers.shadow:
+            self._backend.clear()
+            return
+        self._intend(f"netqos:{self._policy}", "cleared")
+
+    def describe(self) -> dict[str, object]:
+        return self._backend.describe()
+
+    def _intend(self, path: str, text: str) -> None:
+        owner = f"{self._writers.strategy}: NodeSLO networkQOS through {self._policy}"
+        self._writers.record_intended(path, "netqos", None, text, owner)
+        self._writers.note([f"would set {path} to {text!r} because {owner}"])
 
 
 class ShadowSysctl:
@@ -294,4 +334,12 @@ class Shadow:
         sysctl = options.sysctl
         if self.sysctl is not None and sysctl is not None:
             sysctl = writers.sysctl = ShadowSysctl(writers, self.sysctl)
-        return replace(options, executor=writers, evictor=writers, reader=writers, sysctl=sysctl)
+        netqos = options.netqos
+        if netqos is not None:
+            make = netqos
+
+            def netqos_for(policy: str) -> NetQoS:
+                return ShadowNetQoS(writers, make(policy), policy)
+
+            netqos = netqos_for
+        return replace(options, executor=writers, evictor=writers, reader=writers, sysctl=sysctl, netqos=netqos)

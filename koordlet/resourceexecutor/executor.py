@@ -385,6 +385,14 @@ class ResourceExecutor:
         with self._lock:
             return self._ledger.last_written(path, lines=True)
 
+    def record_intended(self, path: str, kind: str, old: str | None, new: str, owner: str, strategy: str) -> None:
+        """Shadow mode, for a writer of a strategy's own (tc, resctrl, core scheduling): ``strategy`` would have
+        made ``path`` hold ``new`` instead of ``old``, and nothing was written.  Audited and counted as the
+        cgroup files :meth:`intend` judges are."""
+        self._metrics.intended(kind, strategy)
+        if self._audit is not None:
+            self._audit.record(AuditEntry(path, kind, old, new, owner, Outcome.INTENDED.value))
+
     def last_intended(self, path: str) -> tuple[str, str] | None:
         """Shadow mode: the text a strategy would have written to ``path`` and who wanted it (the update's owner),
         while the file holds another value; None otherwise.  What ``koordctl pods`` shows as "would set"."""

@@ -111,6 +111,14 @@ class NetQoSPlan:
             yield name, getattr(self, name)
 
 
+def plan_text(plan: NetQoSPlan) -> str:
+    """One line of what ``plan`` shapes (the audit log's "new" value of a plan not applied in shadow mode)."""
+    classes = ", ".join(f"{name} egress {c.egress_rate_bps}/{c.egress_ceil_bps} ingress {c.ingress_rate_bps}/"
+                        f"{c.ingress_ceil_bps} bit/s ({len(c.source_ips)} IPs)" for name, c in plan.classes())
+    pods = f", {len(plan.pods)} pods with their own bandwidth" if plan.pods else ""
+    return f"{plan.interface} total {plan.total_bps} bit/s: {classes}{pods}"
+
+
 class NetQoS(Protocol):
     """A network QoS backend (tc, terway-qos).  Methods raise :class:`~koordlet.errors.Unsupported` when
     the host lacks what the backend needs and another :class:`~koordlet.errors.KoordletError` when the

@@ -42,6 +42,8 @@ FEATURE_KEY = "sched_features:"
 """Prefix of a scheduler feature's key in the originals (``sched_features:HRTICK`` -> "1" or "0")."""
 FEATURES_RESOURCE = "sched_features"
 _MISSING = frozenset({errno.ENOENT, errno.ENODEV}) | UNSUPPORTED_ERRNOS
+INTEND_AGAIN_SECONDS = 60.0
+"""How long an unchanged intention goes unaudited (the cgroup executor's force-update window, by default)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class SysctlExecutor:
                                    failure_message="kernel knob write failed",
                                    recovery_message="kernel knob write works again")
         self._originals: dict[str, str] = self._load()
+        self._told: dict[str, tuple[str, float]] = {}
+        """Path -> (text, when) of the last intention :meth:`intend` audited."""
 
     # ------------------------------------------------------------------------------------------- public
 
@@ -131,6 +135,34 @@ class SysctlExecutor:
     def text(self, file: SysFile) -> str:
         """The knob's current text (what a write would compare with); raises ``OSError``."""
         return self._writer.read(self.path(file)).strip()
+
+    def intend(self, update: SysctlUpdate, who: str) -> Result:
+        """Shadow mode's :meth:`apply` for a caller stating a value every round (a runtime hook's reconciler):
+        ``INTENDED`` while the file holds another text, audited and counted once per :data:`INTEND_AGAIN_SECONDS`
+        while it stays so; nothing is written."""
+        file = update.file
+        path = self.path(file)
+        try:
+            text = str(file.check(update.value))
+        except ValueError as exc:
+            return Result(None, Outcome.INVALID, path=path, error=str(exc))
+        try:
+            old = self._writer.read(path).strip()
+        except OSError as exc:
+            code = exc.errno or errno.EIO
+            outcome = Outcome.UNSUPPORTED if code in _MISSING else Outcome.FAILED
+            return Result(None, outcome, path=path, text=text, error=f"{path}: {os.strerror(code)}")
+        if old == text:
+            return Result(None, Outcome.SKIPPED_UNCHANGED, path=path, text=text)
+        now = self._clock()
+        with self._lock:
+            told = self._told.get(path)
+            fresh = told is None or told[0] != text or now - told[1] >= INTEND_AGAIN_SECONDS
+            if fresh:
+                self._told[path] = (text, now)
+        if fresh:
+            self.intended(path, file.key, old, text, update.owner, who)
+        return Result(None, Outcome.INTENDED, path=path, text=text)
 
     def intended(self, path: str, resource: str, old: str | None, new: str, owner: str, strategy: str) -> None:
         """Shadow mode: ``strategy`` would have written ``new`` where ``old`` is, and nothing was written; audited

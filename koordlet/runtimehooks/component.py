@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from koordlet.component import Worker
 from koordlet.config.types import RuntimeHooksConfig
+from koordlet.resourceexecutor.sysctl import SysctlExecutor
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRunner
 from koordlet.runtimehooks.reconciler import HostAppTarget, OomScoreApply, ReconcileMetricsSink, Reconciler
@@ -44,14 +45,16 @@ class RuntimeHooks:
                  oom_score: OomScoreApply | None = None, incarnation: Callable[[str], int | None] | None = None,
                  forget: Callable[[str], None] | None = None,
                  qos_dirs: Mapping[KubeQoS, str] | None = None,
-                 host_apps: Callable[[], Sequence[HostAppTarget]] | None = None) -> None:
+                 host_apps: Callable[[], Sequence[HostAppTarget]] | None = None,
+                 sysctl: SysctlExecutor | None = None) -> None:
         """``qos_dirs``: the kube-QoS directories the hooks' node-level parts write (None: not written).
-        ``host_apps``: the NodeSLO's host applications the hooks' host-application parts write (None: none)."""
+        ``host_apps``: the NodeSLO's host applications the hooks' host-application parts write (None: none).
+        ``sysctl``: where the node-level parts' kernel knobs go (None: not set)."""
         self.config = config
         self.runner = runner
         self.reconciler = Reconciler(runner, applier, informer, interval_seconds=config.reconcile_interval_seconds,
                                      metrics=metrics, oom_score=oom_score, incarnation=incarnation, forget=forget,
-                                     qos_dirs=qos_dirs, host_apps=host_apps)
+                                     qos_dirs=qos_dirs, host_apps=host_apps, sysctl=sysctl)
         self.server: HookServer | None = None
         if config.enable_server:
             # gRPC is loaded only for the server: a node on NRI alone keeps ~15 MiB of RSS.

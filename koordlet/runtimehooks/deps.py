@@ -16,7 +16,6 @@ from koordlet.apis.tenantpolicy import TenantPolicy
 from koordlet.isolation.coresched.cookies import CookieBook
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.resourceexecutor.resctrl import ResctrlExecutor
-from koordlet.resourceexecutor.sysctl import SysctlExecutor
 from koordlet.system.layout import CgroupLayout
 
 
@@ -53,8 +52,6 @@ class HookDeps:
     cookies: CookieBook | None = None
     """The core-scheduling cookie book shared with the QoS manager's coresched strategy."""
     resctrl: ResctrlExecutor | None = None
-    sysctl: SysctlExecutor | None = None
-    """Node-wide kernel knobs (group identity's ``kernel.sched_group_identity_enabled``); None: not written."""
     tenant: TenantPolicy = field(default_factory=TenantPolicy)
     """The tenant policy (its CLOSID reserve for per-pod resctrl groups); the pods the hooks see are reviewed
     by the runner already."""

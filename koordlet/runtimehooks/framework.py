@@ -27,6 +27,7 @@ from koordlet.apis.gojson import loads
 from koordlet.apis.pod import Container, Pod
 from koordlet.errors import ConfigError, KoordletError
 from koordlet.resourceexecutor.sink import NULL_SINK, WriteSink
+from koordlet.resourceexecutor.sysctl import SysctlUpdate
 from koordlet.shadowmodes import ShadowModes
 from koordlet.system.cgroupfile import CgroupFile
 from koordlet.system.kubepaths import KubeQoS, cgroup_parent_dir, kube_qos_of_parent
@@ -202,11 +203,17 @@ class NodeContext:
     def __init__(self, hook: str) -> None:
         self.hook = hook
         self.writes: dict[KubeQoS, dict[str, object]] = {}
+        self.sysctls: list[SysctlUpdate] = []
+        """Node-wide kernel knobs, set by the reconciler through the kernel knob executor (in shadow mode only
+        said, to the audit log)."""
 
     def write(self, kube_qos: KubeQoS, resource: CgroupFile, value: object) -> None:
         if REGISTRY.get(resource.key) is not resource:
             raise KoordletError(f"hook {self.hook}: unknown cgroup resource {resource.key!r}")
         self.writes.setdefault(kube_qos, {})[resource.key] = value
+
+    def set_sysctl(self, update: SysctlUpdate) -> None:
+        self.sysctls.append(update)
 
 
 class HostAppContext:

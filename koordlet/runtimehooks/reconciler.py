@@ -28,6 +28,7 @@ cgroup does not exist yet is skipped quietly (the write meets a vanished cgroup)
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +37,7 @@ from typing import Protocol
 
 from koordlet.apis.extension import QoSClass
 from koordlet.component import Worker
+from koordlet.resourceexecutor.sysctl import SysctlExecutor, SysctlUpdate
 from koordlet.resourceexecutor.update import CgroupUpdate, Outcome, Result
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.framework import HookRequest, HookRunner, HostAppContext, NodeContext, Stage
@@ -79,7 +81,8 @@ class Reconciler:
                  incarnation: Callable[[str], int | None] | None = None,
                  forget: Callable[[str], None] | None = None,
                  qos_dirs: Mapping[KubeQoS, str] | None = None,
-                 host_apps: Callable[[], Sequence[HostAppTarget]] | None = None) -> None:
+                 host_apps: Callable[[], Sequence[HostAppTarget]] | None = None,
+                 sysctl: SysctlExecutor | None = None) -> None:
         """``oom_score(container rel_dir, value, owner) -> problems`` sets ``oom_score_adj`` of the running
         processes of a container (the runtimes set it only at creation); None: not applied.
         ``incarnation(pod rel_dir)`` identifies the pod's cgroup directory (its inode; None when missing) and
@@ -88,6 +91,8 @@ class Reconciler:
         which the executor would otherwise take for the ones it wrote and skip for its force-update window."""
         self._runner = runner
         self._applier = applier
+        self._sysctl = sysctl
+        """Where the node-level parts' kernel knobs go (None: they are not set)."""
         self._informer = informer
         self._interval = interval_seconds
         self._metrics: ReconcileMetricsSink = metrics or NullReconcileMetrics()
@@ -167,6 +172,7 @@ class Reconciler:
                 problems = [f"{r.update.key} in {r.update.rel_dir}: {r.outcome.value}"
                             + (f" ({r.error})" if r.error else "")
                             for r in self._write(hook.name, updates) if r.outcome in _FAILED]
+                problems += self._set_sysctls(hook.name, ctx.sysctls)
             except Exception as exc:  # one hook's bug must not stop the pods' round
                 problems = [f"{hook.name}: {exc}"]
             self._streak(key, problems)
@@ -204,6 +210,19 @@ class Reconciler:
                          for r in results + self._applier.apply(updates) if r.outcome in _FAILED]
             self._streak(key, problems)
         return keys
+
+    def _set_sysctls(self, hook: str, updates: Sequence[SysctlUpdate]) -> list[str]:
+        """A node-level part's kernel knobs; in shadow mode only said (to the audit log), not written.  Returns
+        the problems (a value refused or a write failed)."""
+        sysctl = self._sysctl
+        if sysctl is None or not updates:
+            return []
+        shadow = self._runner.in_shadow(hook)
+        # Only where the kernel has the knob (upstream checks the file too): most kernels lack Anolis' ones.
+        results = [sysctl.intend(u, hook) if shadow else sysctl.apply(u) for u in updates
+                   if os.path.exists(sysctl.path(u.file))]
+        return [f"{r.path}: {r.outcome.value}" + (f" ({r.error})" if r.error else "")
+                for r in results if r.outcome in (Outcome.INVALID, Outcome.FAILED)]
 
     def _write(self, hook: str, updates: list[CgroupUpdate]) -> list[Result]:
         """A node-level part's writes; in shadow mode only said (to the audit log), not written."""

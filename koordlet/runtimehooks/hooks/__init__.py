@@ -27,9 +27,9 @@ PLUGINS: tuple[plugins.Plugin[HookDeps, Hook], ...] = (
     oomscoreadj.PLUGIN, resctrl.PLUGIN, tc.PLUGIN)
 
 
-NO_SHADOW_PATH: frozenset[str] = frozenset({coresched.NAME, groupidentity.NAME, resctrl.NAME})
-"""Hooks writing through more than their answer and the cgroup executor (core-scheduling cookies, resctrl groups,
-the group-identity sysctl), which shadow mode cannot yet record: in shadow mode they do not run."""
+NO_SHADOW_PATH: frozenset[str] = frozenset({coresched.NAME, resctrl.NAME})
+"""Hooks writing through more than their answer, the cgroup executor and the reconciler's kernel knobs
+(core-scheduling cookies, resctrl groups), which shadow mode cannot yet record: in shadow mode they do not run."""
 
 
 def build_hooks(deps: HookDeps) -> list[Hook]:

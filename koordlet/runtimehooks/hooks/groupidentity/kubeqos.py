@@ -6,19 +6,16 @@
   ``cpu_bvt_warp_ns``).  Without bvt nothing is written at this level: the ``cpu.idle`` fallback of the pod
   level is per BE pod, and ``besteffort``'s own ``cpu.idle`` is the coresched strategy's;
 * ``kernel.sched_group_identity_enabled`` = 1 while the rule is enabled, where the kernel has the file
-  (upstream ``IsGroupIdentitySysctlSupported``: the file exists), through the sysctl executor (validated,
-  skipped when already 1, audited).  Upstream also turns the core-scheduling sysctl off first (the two
-  exclude each other on Anolis); this project's coresched strategy owns that knob, so it is not touched here.
+  (upstream ``IsGroupIdentitySysctlSupported``: the file exists), set by the reconciler through the sysctl
+  executor (validated, skipped when already 1, audited; in shadow mode only audited as intended).  Upstream
+  also turns the core-scheduling sysctl off first (the two exclude each other on Anolis); this project's
+  coresched strategy owns that knob, so it is not touched here.
 """
 
 from __future__ import annotations
 
-import os
-
 from koordlet.config import gates
-from koordlet.errors import KoordletError
 from koordlet.resourceexecutor.sysctl import SysctlUpdate
-from koordlet.resourceexecutor.update import Outcome
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import NodeContext
 from koordlet.runtimehooks.hooks.groupidentity import GATE, rule_of
@@ -35,21 +32,11 @@ def run(deps: HookDeps, ctx: NodeContext) -> None:
     if slo is None:
         return
     rule = rule_of(slo)
+    # kernel.sched_group_identity_enabled = 1; the reconciler writes it where the kernel has it (or, in shadow
+    # mode, says it would) and reports a failure once per streak.
     if rule.enabled:
-        enable_sysctl(deps)
+        ctx.set_sysctl(SysctlUpdate(SCHED_GROUP_IDENTITY_ENABLED, 1, f"{OWNER}: group identity enabled"))
     if not deps.probes.get(CPU_BVT_WARP_NS.key, False):
         return
     for kube_qos, value in rule.by_kube_qos_dir.items():
         ctx.write(kube_qos, CPU_BVT_WARP_NS, value)
-
-
-def enable_sysctl(deps: HookDeps) -> None:
-    """``kernel.sched_group_identity_enabled`` = 1 where the kernel has it; raises naming the file when
-    the write fails (the reconciler logs it once per failure streak)."""
-    executor = deps.sysctl
-    if executor is None or not os.path.exists(executor.path(SCHED_GROUP_IDENTITY_ENABLED)):
-        return
-    result = executor.apply(SysctlUpdate(SCHED_GROUP_IDENTITY_ENABLED, 1, f"{OWNER}: group identity enabled"))
-    if result.outcome in (Outcome.INVALID, Outcome.FAILED):
-        raise KoordletError(f"{executor.path(SCHED_GROUP_IDENTITY_ENABLED)}: {result.outcome.value}"
-                            + (f" ({result.error})" if result.error else ""))

@@ -5,6 +5,7 @@ rejected with the field named while the last good plan stays, switch-off and pol
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,15 @@ from koordlet.errors import KoordletError, Unsupported
 from koordlet.qosmanager.framework import Options
 from koordlet.qosmanager.plugins import netqos
 from koordlet.qosmanager.plugins.netqos import NetQoSStrategy
+from koordlet.qosmanager.shadow import Shadow
+from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoSPlan
+from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.statesinformer.nodeslo import spec_json_from_text
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.qosmanager.fakes import FakeClock, FakeInformer, make_options, make_pod
+from tests.unit.resourceexecutor.fakes import IntendedSink, MemoryAudit
 
 G = 1_000_000_000
 M = 1_000_000
@@ -383,3 +388,47 @@ def test_koordinator_release_example(rig: Rig, policy: str) -> None:
     assert plan.system == ClassBandwidth(540 * M, 600 * M, 540 * M, 600 * M, ("10.0.0.5",))
     assert plan.ls == ClassBandwidth(50 * M, 100 * M, 50 * M, 100 * M, ("10.0.0.2", "10.0.0.3", "fd00::3"))
     assert plan.be == ClassBandwidth(10 * M, 200 * M, 10 * M, 200 * M, ("10.0.0.4",))
+
+
+# ------------------------------------------------------------------------------------------ shadow mode
+
+
+def test_in_shadow_mode_plans_are_decided_as_in_active_mode_and_no_backend_is_touched(
+        fake_host: FakeHost, tmp_path: Path) -> None:
+    """The same rounds (apply, unchanged, a new pod, a policy switch, off) in shadow mode and in active mode:
+    equal decisions; the shadow backends get no call, and each plan is audited and counted as intended."""
+    steps: list[tuple[NodeSLOSpec, bool, PodMeta | None]] = [
+        (slo(be=BE_50M), True, None), (slo(be=BE_50M), True, None),
+        (slo(be=BE_50M), True, with_ips(make_pod("new-be", "BE"), "10.0.0.7")),
+        (slo("terway-qos", be=BE_50M), True, None), (slo("terway-qos", be=BE_50M), False, None)]
+
+    def run(rig: Rig, before_round: Callable[[], None]) -> list[tuple[str, str]]:
+        decided = []
+        for config, enabled, pod in steps:
+            if pod is not None:
+                rig.informer.pod_list.append(pod)
+            rig.clock.advance(1)
+            before_round()
+            decision = rig.strategy.run_once(config, enabled)
+            decided.append((str(decision.action), decision.summary))
+        return decided
+
+    shadowed = make_rig(fake_host, tmp_path / "shadow")
+    audit = MemoryAudit()
+    intended = IntendedSink()
+    executor = ResourceExecutor(shadowed.options.layout, shadowed.clock, audit, metrics=intended)
+    shadow = Shadow(ShadowModes(default=True), executor, shadowed.options.evictor)
+    shadowed.strategy = NetQoSStrategy(shadow.options_for("netqos", shadowed.options))
+    writers = shadow.writers["netqos"]
+    in_shadow = run(shadowed, lambda: writers.begin_round(True))
+    assert all(not backend.calls for backend in shadowed.backends.made.values())
+    assert [(e.resource, e.outcome, e.path) for e in audit.entries] == [
+        ("netqos", "intended", "netqos:tc:eth0"), ("netqos", "intended", "netqos:tc:eth0"),
+        ("netqos", "intended", "netqos:tc"), ("netqos", "intended", "netqos:terway-qos:eth0"),
+        ("netqos", "intended", "netqos:terway-qos")]
+    assert "be egress 0/50000000" in audit.entries[0].new and audit.entries[2].new == "cleared"
+    assert intended.counted == [("netqos", "netqos")] * 5
+
+    active = make_rig(fake_host, tmp_path / "active")
+    assert run(active, lambda: None) == in_shadow
+    assert active.backends.calls("tc") == ["apply", "apply", "clear"]

@@ -17,6 +17,7 @@ from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookRunner, NodeContext
 from koordlet.runtimehooks.hooks import groupidentity
 from koordlet.runtimehooks.reconciler import Reconciler
+from koordlet.shadowmodes import ShadowModes
 from koordlet.system.kubepaths import KubeQoS
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.resourceexecutor.fakes import FakeClock, MemoryAudit
@@ -60,13 +61,15 @@ def test_nothing_without_slo_bvt_or_gate(spec: str | None, probes: dict[str, boo
     assert node_writes(enabled() if spec else None, probes, gates) == {}
 
 
-def reconciler(host: FakeHost, tmp_path: Path, spec: NodeSLOSpec, *, sysctl: bool) -> Reconciler:
-    executor = ResourceExecutor(host.layout(), FakeClock(), MemoryAudit(), force_update_seconds=60.0)
-    sysctl_executor = SysctlExecutor(host.paths, FakeClock(), MemoryAudit(),
+def reconciler(host: FakeHost, tmp_path: Path, spec: NodeSLOSpec, *, sysctl: bool, shadow: bool = False,
+               audit: MemoryAudit | None = None) -> Reconciler:
+    executor = ResourceExecutor(host.layout(), FakeClock(), audit or MemoryAudit(), force_update_seconds=60.0)
+    sysctl_executor = SysctlExecutor(host.paths, FakeClock(), audit or MemoryAudit(),
                                      originals_path=str(tmp_path / "sysctl-originals.json")) if sysctl else None
-    deps = HookDeps(gates={"GroupIdentity": True}, probes=BVT_ONLY, nodeslo=lambda: spec, sysctl=sysctl_executor)
-    runner = HookRunner([groupidentity.new(deps)])
-    return Reconciler(runner, Applier(executor.apply), FakeInformer([]), qos_dirs=DIRS)
+    deps = HookDeps(gates={"GroupIdentity": True}, probes=BVT_ONLY, nodeslo=lambda: spec)
+    runner = HookRunner([groupidentity.new(deps)], shadow=ShadowModes(default=shadow, kind="hook"))
+    return Reconciler(runner, Applier(executor.apply, intend=executor.intend), FakeInformer([]), qos_dirs=DIRS,
+                      sysctl=sysctl_executor)
 
 
 def make_bvt_tree(host: FakeHost) -> None:
@@ -121,3 +124,18 @@ def test_sample_cpu_qos_group_identity_sets_the_kube_qos_dirs(shared_dir: Path) 
     spec = holder_spec(sample(shared_dir, "slo-configs/cpu-qos-group-identity.yaml"), "cpu-qos-group-identity.yaml")
     assert node_writes(spec) == {KubeQoS.GUARANTEED: {"cpu_bvt_warp_ns": 0}, KubeQoS.BURSTABLE: {"cpu_bvt_warp_ns": 2},
                                  KubeQoS.BESTEFFORT: {"cpu_bvt_warp_ns": -1}}
+
+
+def test_in_shadow_mode_the_sysctl_and_the_dirs_are_only_said(fake_host: FakeHost, tmp_path: Path) -> None:
+    make_bvt_tree(fake_host)
+    sysctl = fake_host.write_proc(SYSCTL, "0\n")
+    audit = MemoryAudit()
+    rec = reconciler(fake_host, tmp_path, enabled({"lsClass": 2, "beClass": -1}), sysctl=True, shadow=True,
+                     audit=audit)
+    rec.reconcile([])
+    rec.reconcile([])  # stated again every round, audited once
+    assert sysctl.read_text().strip() == "0"
+    assert {fake_host.read_cgroup(rel, "cpu.bvt_warp_ns", subsystem="cpu").strip() for rel in DIRS.values()} == {"0"}
+    said = sorted((e.resource, e.new, e.outcome) for e in audit.entries)
+    assert said == [("cpu_bvt_warp_ns", "-1", "intended"), ("cpu_bvt_warp_ns", "2", "intended"),
+                    ("sched_group_identity_enabled", "1", "intended")]
