@@ -219,11 +219,10 @@ class ShadowSysctl:
     def apply(self, update: SysctlUpdate) -> Result:
         if not self._writers.shadow:
             return self._executor.apply(update)
-        path = self._executor.path(update.file)
-        try:
-            text = str(update.file.check(update.value))
-        except ValueError as exc:
-            return Result(None, Outcome.INVALID, path=path, error=str(exc))
+        checked = self._executor.checked(update)
+        if isinstance(checked, Result):
+            return checked
+        path, text = checked
         return self._intend(update.file.key, path, path, update.file.key, text, update.owner,
                             lambda: self._executor.text(update.file))
 

@@ -107,16 +107,21 @@ class SysctlExecutor:
         with self._lock:
             return self._originals.get(file.key)
 
-    def apply(self, update: SysctlUpdate) -> Result:
-        """Puts ``update.value`` into the file unless it is there already."""
-        file = update.file
-        path = self.path(file)
+    def checked(self, update: SysctlUpdate) -> tuple[str, str] | Result:
+        """(path, text) of ``update``, or its ``INVALID`` result when the value is outside the knob's bounds."""
+        path = self.path(update.file)
         try:
-            text = str(file.check(update.value))
+            return path, str(update.file.check(update.value))
         except ValueError as exc:
             return Result(None, Outcome.INVALID, path=path, error=str(exc))
+
+    def apply(self, update: SysctlUpdate) -> Result:
+        """Puts ``update.value`` into the file unless it is there already."""
+        checked = self.checked(update)
+        if isinstance(checked, Result):
+            return checked
         with self._lock:
-            return self._write(file, path, text, update.owner, remember=True)
+            return self._write(update.file, *checked, update.owner, remember=True)
 
     def restore(self, file: SysFile, owner: str) -> Result | None:
         """Writes back the value found before koordlet's first write and forgets it; None when there is
@@ -140,12 +145,10 @@ class SysctlExecutor:
         """Shadow mode's :meth:`apply` for a caller stating a value every round (a runtime hook's reconciler):
         ``INTENDED`` while the file holds another text, audited and counted once per :data:`INTEND_AGAIN_SECONDS`
         while it stays so; nothing is written."""
-        file = update.file
-        path = self.path(file)
-        try:
-            text = str(file.check(update.value))
-        except ValueError as exc:
-            return Result(None, Outcome.INVALID, path=path, error=str(exc))
+        checked = self.checked(update)
+        if isinstance(checked, Result):
+            return checked
+        path, text = checked
         try:
             old = self._writer.read(path).strip()
         except OSError as exc:
@@ -161,7 +164,7 @@ class SysctlExecutor:
             if fresh:
                 self._told[path] = (text, now)
         if fresh:
-            self.intended(path, file.key, old, text, update.owner, who)
+            self.intended(path, update.file.key, old, text, update.owner, who)
         return Result(None, Outcome.INTENDED, path=path, text=text)
 
     def intended(self, path: str, resource: str, old: str | None, new: str, owner: str, strategy: str) -> None:
