@@ -29,9 +29,10 @@ from koordlet.resourceexecutor import ResourceExecutor
 from koordlet.resourceexecutor.update import CgroupUpdate, Result
 from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.deps import HookDeps
-from koordlet.runtimehooks.framework import Hook, HookContext, HookRunner, Stage
+from koordlet.runtimehooks.framework import Hook, HookCallRecorder, HookContext, HookRunner, Stage
 from koordlet.runtimehooks.hooks import build_hooks
 from koordlet.runtimehooks.nri.plugin import NriPlugin
+from koordlet.shadowmodes import ShadowModes
 from koordlet.system.hostpaths import HostPaths
 from koordlet.system.layout import detect_layout
 from tests.fixtures.containerd import (
@@ -137,6 +138,31 @@ def test_be_and_ls_containers_get_koordlets_resources(containerd17: Containerd, 
     expected = container_cgroup_files(cgroup_version, cpus="1", quota_us=-1, shares=2048)
     assert read_container_cgroup_files(ls_parent, ls_container, expected) == expected
     assert plugin.stats.errors == 0
+
+
+def test_in_shadow_mode_the_container_gets_the_runtimes_values_and_the_call_says_what_koordlet_would_set(
+        containerd17: Containerd, cgroup_version: int) -> None:
+    """Every hook in shadow mode: the same BE pod as above starts with what containerd alone gives a BestEffort
+    container (no batch resources), and the recorded CreateContainer call holds what the hooks would have set."""
+    recorder = HookCallRecorder(size=32)
+    runner = HookRunner(build_hooks(HookDeps(gates=gates.resolve({}))), recorder=recorder,
+                        shadow=ShadowModes(default=True, kind="hook"))
+    applied = Recorded()
+    with serving(NriPlugin(runner, Applier(applied), str(containerd17.nri_socket))) as nri:
+        client = containerd17.client()
+        pod_id, parent, container = be_pod(client, containerd17, "be-shadow")
+        active = container_cgroup_files(cgroup_version, shares=512, quota_us=100_000, memory_bytes=256 << 20)
+        untouched = read_container_cgroup_files(parent, container, active)
+        # None of koordlet's values reached the container: the runtime's defaults (no quota, no limit) are there.
+        assert all(untouched[name] != value for name, value in active.items()), untouched
+        unlimited = container_cgroup_files(cgroup_version, quota_us=-1)
+        assert {name: untouched[name] for name in unlimited} == unlimited, untouched
+        create = [c for c in recorder.recent(32) if c.stage == Stage.PRE_CREATE_CONTAINER.value]
+        assert create and create[-1].ok and create[-1].adjustment == {}, create
+        assert {k: create[-1].intended.get(k) for k in ("cpu_shares", "cpu_quota", "memory_limit")} == {
+            "cpu_shares": 512, "cpu_quota": 100_000, "memory_limit": 256 << 20}, create[-1].intended
+        assert applied.updates == [] and nri.stats.errors == 0
+        remove_pod(client, pod_id)
 
 
 def test_an_adjustment_over_4k_reaches_the_container(containerd17: Containerd, plugin: NriPlugin) -> None:
