@@ -207,9 +207,12 @@ class PressureWatcher:
             try:
                 trigger = self._open(state.path, state.spec.text)
             except (OSError, KoordletError) as exc:
+                error = f"{exc}" if getattr(exc, "errno", None) != errno.ENOENT else f"{state.path} missing"
+                if error != state.error:  # once per streak of the same refusal, not every retry
+                    log.warning("PSI trigger not registered; retrying", extra={"trigger": state.spec.name,
+                                                                              "error": error})
                 with self._lock:
-                    state.error = f"{exc}" if getattr(exc, "errno", None) != errno.ENOENT else f"{state.path} missing"
-                    state.retry_at = now + RETRY_SECONDS
+                    state.error, state.retry_at = error, now + RETRY_SECONDS
                 continue
             with self._lock:
                 state.trigger, state.error = trigger, ""
