@@ -69,29 +69,30 @@ def measure(groups: RealCgroups, workdir: Path, episodes: int, seed: int = 23) -
             "wakes": rig.manager.wake_counts()}
 
 
-def summarize(where: str, result: dict[str, Any]) -> float:
-    """Prints one run's figures; returns the ratio of the median latencies."""
+def summarize(where: str, result: dict[str, Any]) -> tuple[float, str]:
+    """One run's figures as text, and the ratio of the median latencies."""
+    lines: list[str] = []
     by_path: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
     for episode in result["episodes"]:
         by_path[episode["event_driven"]].append(episode)
-    print(f"\n{where}: {'with' if result['privileged'] else 'WITHOUT'} CAP_SYS_RESOURCE, triggers "
-          f"{'; '.join(result['triggers'])}, pod memory collected every {result['pod_memory_interval']:g} s")
+    lines.append(f"{where}: {'with' if result['privileged'] else 'WITHOUT'} CAP_SYS_RESOURCE, triggers "
+                 f"{'; '.join(result['triggers'])}, pod memory collected every {result['pod_memory_interval']:g} s")
     medians = {}
     for event_driven, episodes in by_path.items():
         name = "event-driven" if event_driven else "polling only"
         latencies = [e["latency"] for e in episodes]
         medians[event_driven] = statistics.median(latencies)
         woken = sum(1 for e in episodes if e["woken_by"])
-        print(f"  {name:12}: onset -> kill median {medians[event_driven]:.3f} s "
-              f"[{', '.join(f'{v:.3f}' for v in latencies)}]; evicting round woken by a trigger in {woken} of "
-              f"{len(episodes)}")
+        lines.append(f"  {name:12}: onset -> kill median {medians[event_driven]:.3f} s "
+                     f"[{', '.join(f'{v:.3f}' for v in latencies)}]; evicting round woken by a trigger in {woken} "
+                     f"of {len(episodes)}")
     steady = result["steady"]
-    print(f"  steady load, {steady['seconds']:.0f} s with the triggers on: {steady['firings']} firings, "
-          f"{steady['spurious']} spurious wake-ups (woken memoryevict rounds with nothing to do); all episodes: "
-          f"firings {result['firings']}, wakes {result['wakes']}")
+    lines.append(f"  steady load, {steady['seconds']:.0f} s with the triggers on: {steady['firings']} firings, "
+                 f"{steady['spurious']} spurious wake-ups (woken memoryevict rounds with nothing to do); all "
+                 f"episodes: firings {result['firings']}, wakes {result['wakes']}")
     ratio: float = medians[True] / medians[False]
-    print(f"  ratio event-driven / polling: {ratio:.3f}", flush=True)  # before a guest's output, which is not ours
-    return ratio
+    lines.append(f"  ratio event-driven / polling: {ratio:.3f}")
+    return ratio, "\n".join(lines)
 
 
 def run_here(episodes: int) -> dict[str, Any]:
@@ -140,14 +141,15 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_pressure: needs root to create cgroups", file=sys.stderr)
         return 2
     here = run_here(args.episodes)
-    ratio_here = summarize("this host", here)
+    ratio_here, text_here = summarize("this host", here)
+    print(text_here, flush=True)
     if here["privileged"] or args.no_guest:
         return report([Ratio("pressure onset->kill", ratio_here, TARGET_RATIO,
                              "median event-driven / polling-only, this host")], args.check)
     print("\nthis host denies CAP_SYS_RESOURCE: the privileged run is in the v2 guest", flush=True)
-    guest = run_in_guest(args.episodes)
-    ratio = summarize("v2 guest (root, full capabilities)", guest)
-    print(f"(this host, unprivileged, for the record: {ratio_here:.3f})")
+    ratio, text = summarize("v2 guest (root, full capabilities)", run_in_guest(args.episodes))
+    # Both again after the guest's console output, which may have written over ours.
+    print(f"\n{text_here}\n\n{text}")
     return report([Ratio("pressure onset->kill", ratio, TARGET_RATIO,
                          "median event-driven / polling-only, v2 guest with CAP_SYS_RESOURCE")], args.check)
 
