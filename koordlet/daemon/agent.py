@@ -455,7 +455,8 @@ def build_qos(config: Config, layout: CgroupLayout, driver: DriverGuess, informe
     # Strategies count their evictions in metrics.qos (pod_eviction) with their own reason; intended ones (shadow
     # mode) are counted with the intended writes.
     evictions = Evictions(backend, time.time, writers.audit, metrics=metrics.executor)
-    shadow = Shadow(shadow_modes(qos), writers.executor, evictions, NO_SHADOW_PATH, sysctl=writers.sysctl)
+    shadow = Shadow(shadow_modes(qos), writers.executor, evictions, NO_SHADOW_PATH, sysctl=writers.sysctl,
+                    resctrl=writers.resctrl)
     if shadowed := [name for name in registry() if shadow.modes.shadow(name)]:
         log.warning("QoS strategies in shadow mode: they decide, and write and evict nothing",
                     extra={"strategies": shadowed})

@@ -43,10 +43,9 @@ def registry(strategies: Iterable[StrategyPlugin] = PLUGINS) -> Mapping[str, Str
     return plugins.table(KIND, strategies)
 
 
-NO_SHADOW_PATH: frozenset[str] = frozenset({coresched.NAME, resctrl.NAME})
-"""Strategies writing through more than the cgroup executor, the kernel knob executor, the network QoS backend and
-the evictor (core-scheduling cookies, resctrl groups), which shadow mode cannot yet record: in shadow mode they do
-not run."""
+NO_SHADOW_PATH: frozenset[str] = frozenset({coresched.NAME})
+"""Strategies writing through a writer shadow mode has no view of yet (core-scheduling cookies, shared with the
+coresched runtime hook): in shadow mode they do not run."""
 
 
 def build_strategies(options: Options, strategies: Iterable[StrategyPlugin] = PLUGINS,

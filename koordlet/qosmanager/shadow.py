@@ -13,9 +13,9 @@ Each strategy gets its own :class:`StrategyWriters`: the cgroup executor and the
 them.  In a shadow round the executor is asked what it *would* write (:meth:`ResourceExecutor.intend`) and the
 evictor records the eviction without launching it (a pod so "evicted" is pending, as after a real eviction, so
 the next rounds decide as they would have).  Kernel knobs (sysreconcile) go through :class:`ShadowSysctl` the
-same way, and network QoS plans (netqos) through :class:`ShadowNetQoS`.  Strategies whose writes go through other
-writers (resctrl groups, core-scheduling cookies) have no shadow path yet: in shadow mode they do not run at all
-(their decision says so), so shadow mode never writes.
+same way, network QoS plans (netqos) through :class:`ShadowNetQoS` and resctrl groups through
+:class:`ShadowResctrl`.  Core scheduling (cookies shared with its runtime hook) has no shadow path yet: in shadow
+mode it does not run at all (its decision says so), so shadow mode never writes.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from koordlet.qosmanager.framework import Evictor, Executor, Options, Reader
-from koordlet.qosmanager.shadowviews import ShadowNetQoS, ShadowSysctl
+from koordlet.qosmanager.shadowviews import ShadowNetQoS, ShadowResctrl, ShadowSysctl
 from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
 from koordlet.resourceexecutor.netqos import NetQoS
+from koordlet.resourceexecutor.resctrl import ResctrlExecutor
 from koordlet.resourceexecutor.sysctl import SysctlExecutor
 from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.framework import PodMeta
@@ -82,6 +83,8 @@ class StrategyWriters:
 
         self.sysctl: ShadowSysctl | None = None
         """The kernel knob writer as this strategy sees it (:meth:`Shadow.options_for` sets it)."""
+        self.resctrl: ShadowResctrl | None = None
+        """The resctrl writer as this strategy sees it (:meth:`Shadow.options_for` sets it)."""
 
     def begin_round(self, shadow: bool) -> None:
         """The mode of the round about to run (kept for all of it, whatever the debug API does meanwhile)."""
@@ -89,6 +92,8 @@ class StrategyWriters:
             self._would_hold.clear()  # active: the files hold what is written
             if self.sysctl is not None:
                 self.sysctl.reset()
+            if self.resctrl is not None:
+                self.resctrl.reset()
         self.shadow = shadow
         self.intended = []
 
@@ -174,6 +179,8 @@ class Shadow:
     unsupported: frozenset[str] = frozenset()
     sysctl: SysctlExecutor | None = None
     """The kernel knob executor strategies' knobs go through (None: none, or they keep the options' own)."""
+    resctrl: ResctrlExecutor | None = None
+    """The resctrl executor strategies' groups go through (None: none, or they keep the options' own)."""
     writers: dict[str, StrategyWriters] = field(default_factory=dict)
 
     def options_for(self, strategy: str, options: Options) -> Options:
@@ -190,4 +197,8 @@ class Shadow:
                 return ShadowNetQoS(writers, make(policy), policy)
 
             netqos = netqos_for
-        return replace(options, executor=writers, evictor=writers, reader=writers, sysctl=sysctl, netqos=netqos)
+        resctrl = options.resctrl
+        if self.resctrl is not None and resctrl is not None:
+            resctrl = writers.resctrl = ShadowResctrl(writers, self.resctrl)
+        return replace(options, executor=writers, evictor=writers, reader=writers, sysctl=sysctl, netqos=netqos,
+                       resctrl=resctrl)

@@ -5,11 +5,12 @@ the writer would, records the intention (audit log, counter, the round's decisio
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from koordlet.resourceexecutor import Outcome, Result
 from koordlet.resourceexecutor.netqos import NetQoS, NetQoSPlan, plan_text
+from koordlet.resourceexecutor.resctrl import ResctrlExecutor
 from koordlet.resourceexecutor.sysctl import FEATURE_KEY, FEATURES_RESOURCE, SysctlExecutor, SysctlUpdate
 from koordlet.system.sysfiles import SysFile, check_feature_name
 
@@ -176,3 +177,97 @@ def _read_failed(path: str, resource: str, exc: OSError) -> Result:
     if exc.errno in (errno.ENOENT, errno.ENODEV):
         return Result(None, Outcome.UNSUPPORTED, path=path, error=f"{path}: this kernel has no {resource}")
     return Result(None, Outcome.FAILED, path=path, error=f"{path}: {exc.strerror or exc}")
+
+
+class ShadowResctrl:
+    """The resctrl executor as one strategy sees it: itself in active rounds; in shadow rounds it keeps the groups
+    the strategy would have made and removed, their schemata and their tasks, answers as the executor would have
+    (a schemata text is written the first time and again once the force-update window passed, a task not listed
+    yet is moved), records each intention and touches nothing under the resctrl mount."""
+
+    def __init__(self, writers: ShadowRound, executor: ResctrlExecutor) -> None:
+        self._writers = writers
+        self._executor = executor
+        self.root = executor.root
+        self._made: set[str] = set()
+        self._removed: set[str] = set()
+        self._schemata: dict[str, tuple[str, float]] = {}
+        """Group -> (text, when) it would hold."""
+        self._tasks: dict[str, set[int]] = {}
+        """Group -> tasks that would have been moved there."""
+
+    def reset(self) -> None:
+        self._made.clear()
+        self._removed.clear()
+        self._schemata.clear()
+        self._tasks.clear()
+
+    def unsupported_reason(self) -> str | None:
+        return self._executor.unsupported_reason()
+
+    def forget(self, group: str | None = None) -> None:
+        self._executor.forget(group)
+        if self._writers.shadow:
+            if group is None:
+                self._schemata.clear()
+            else:
+                self._schemata.pop(group, None)
+
+    def groups(self) -> list[str]:
+        real = self._executor.groups()
+        if not self._writers.shadow:
+            return real
+        return sorted((set(real) - self._removed) | self._made)
+
+    def apply_schemata(self, group: str, lines: Sequence[str], owner: str) -> Result:
+        if not self._writers.shadow:
+            return self._executor.apply_schemata(group, lines, owner)
+        planned = self._executor.planned_schemata(group, lines)
+        if isinstance(planned, Result):
+            return planned
+        path, text = planned
+        now = self._executor.clock()
+        held = self._schemata.get(group)
+        if held is not None and held[0] == text and now - held[1] < self._executor.force_update_seconds:
+            return Result(None, Outcome.SKIPPED_UNCHANGED, path, text, group=group)
+        if group and group not in self.groups():
+            self._made.add(group)
+            self._removed.discard(group)
+        old = held[0] if held is not None else self._executor.current_schemata(group)
+        self._schemata[group] = (text, now)
+        self._intend(path, "resctrl_schemata", old, text, owner)
+        return Result(None, Outcome.INTENDED, path, text, group=group)
+
+    def assign_tasks(self, group: str, pids: Iterable[int], owner: str) -> Result:
+        if not self._writers.shadow:
+            return self._executor.assign_tasks(group, pids, owner)
+        wanted = list(dict.fromkeys(pids))
+        listed = self._tasks.get(group, set()) | (self._executor.listed_tasks(group) if group not in self._made
+                                                   else set())
+        moving = [p for p in wanted if p not in listed]
+        already = tuple(p for p in wanted if p in listed)
+        if not moving:
+            return Result(None, Outcome.SKIPPED_UNCHANGED, group=group, already=already)
+        for other in self._tasks.values():
+            other.difference_update(moving)  # a task is in one group at a time
+        self._tasks.setdefault(group, set()).update(moving)
+        path = self._executor.tasks_path(group)
+        self._intend(path, "resctrl_tasks", None, " ".join(map(str, moving)), owner)
+        return Result(None, Outcome.INTENDED, path, group=group, applied=tuple(moving), already=already)
+
+    def remove_group(self, group: str, owner: str) -> Result:
+        if not self._writers.shadow:
+            return self._executor.remove_group(group, owner)
+        directory = f"{self.root}/{group}"
+        if group not in self.groups():
+            return Result(None, Outcome.GONE, directory, group=group)
+        self._made.discard(group)
+        self._removed.add(group)
+        self._schemata.pop(group, None)
+        self._tasks.pop(group, None)
+        self._intend(directory, "resctrl_group", "exists", "rmdir", owner)
+        return Result(None, Outcome.INTENDED, directory, group=group)
+
+    def _intend(self, path: str, kind: str, old: str | None, new: str, owner: str) -> None:
+        self._writers.record_intended(path, kind, old, new, owner)
+        self._writers.note([f"would set {path} to {new!r} because {owner}"])

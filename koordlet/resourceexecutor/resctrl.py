@@ -235,6 +235,47 @@ class ResctrlExecutor:
                 self._ledger.log_failure(directory, failure_kind(result.outcome), result.error)
             return result
 
+    # ------------------------------------------------------------------------------------- shadow mode
+
+    def planned_schemata(self, group: str, lines: Sequence[str]) -> tuple[str, str] | Result:
+        """What :meth:`apply_schemata` would write, (path, text), or the result it would give without writing
+        (a bad name or value, resctrl not mounted)."""
+        with self._lock:
+            directory = self._usable_dir(group, allow_root=True)
+            if isinstance(directory, Result):
+                return directory
+            path = os.path.join(directory, "schemata")
+            try:
+                return path, render(group, lines, read_limits(self.root, self._writer.read), self._mb_max)
+            except Invalid as exc:
+                return _result(group, exc.outcome, path, error=str(exc))
+
+    def current_schemata(self, group: str) -> str | None:
+        """The group's schemata as the kernel shows it, None when the group does not exist or cannot be read."""
+        try:
+            return self._writer.read(self._schemata(group))
+        except OSError:
+            return None
+
+    def listed_tasks(self, group: str) -> set[int]:
+        """The tasks in ``group`` now (none when it does not exist or cannot be read)."""
+        path = os.path.join(self._dir(group), "tasks")
+        try:
+            return parse_tasks(self._writer.read(path), path)
+        except (OSError, ParseError):
+            return set()
+
+    def tasks_path(self, group: str) -> str:
+        return os.path.join(self._dir(group), "tasks")
+
+    @property
+    def force_update_seconds(self) -> float:
+        """How long an unchanged schemata text goes unwritten (:meth:`apply_schemata` rewrites it after)."""
+        return self._ledger.force_update_seconds
+
+    def clock(self) -> float:
+        return self._clock()
+
     def forget(self, group: str | None = None) -> None:
         """Drops what the executor remembers about ``group`` (or everything); the next apply writes."""
         with self._lock:

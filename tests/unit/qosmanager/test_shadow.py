@@ -155,7 +155,7 @@ def test_a_strategy_without_a_shadow_path_does_not_run_in_shadow_mode(fake_cgrou
 def test_every_strategy_with_writers_of_its_own_is_kept_out_of_shadow_mode() -> None:
     """A strategy reaching for a writer shadow mode does not wrap would write in shadow mode: it must be listed."""
     plugins_dir = Path(plugins_package.__file__).parent
-    others = re.compile(r"options\.(resctrl|coresched|cookies)\b")
+    others = re.compile(r"options\.(coresched|cookies)\b")
     for name in registry():
         assert (plugins_dir / name).is_dir(), name
         sources = "".join(p.read_text() for p in (plugins_dir / name).rglob("*.py"))

@@ -54,9 +54,8 @@ from koordlet.isolation.resctrl.schemata import (
     uniform,
 )
 from koordlet.isolation.slo import qos_strategy
-from koordlet.qosmanager.framework import Action, Decider, Decision, Options
+from koordlet.qosmanager.framework import Action, Decider, Decision, Options, ResctrlGroups
 from koordlet.resourceexecutor import Outcome, Result
-from koordlet.resourceexecutor.resctrl import ResctrlExecutor
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.resources import TASKS
 
@@ -196,7 +195,7 @@ class ResctrlQoS:
 
     # ------------------------------------------------------------------------------------------ applying
 
-    def _apply(self, rnd: _Round, executor: ResctrlExecutor, host: HostInfo, plans: Sequence[ClassPlan],
+    def _apply(self, rnd: _Round, executor: ResctrlGroups, host: HostInfo, plans: Sequence[ClassPlan],
                pod_plans: Mapping[str, Schemata | None], pods: Sequence[PodMeta]) -> None:
         existing = self._groups(rnd, executor)
         if existing is None:
@@ -211,7 +210,7 @@ class ResctrlQoS:
         for plan in plans:
             result = executor.apply_schemata(plan.group, plan.schemata.lines(), f"{NAME}: {class_field(plan.group)}")
             rnd.results.append(result)
-            if result.outcome is Outcome.WRITTEN and plan.group not in existing:
+            if result.outcome in _DONE and plan.group not in existing:
                 self._created.add(plan.group)
             self._configured.add(plan.group)
             if result.ok:
@@ -232,7 +231,7 @@ class ResctrlQoS:
                 self._remove(rnd, executor, group, "its pod is gone or no longer annotated")
         self._assign(rnd, executor, pods, pod_plans, ready)
 
-    def _within_closids(self, rnd: _Round, executor: ResctrlExecutor, groups: set[str],
+    def _within_closids(self, rnd: _Round, executor: ResctrlGroups, groups: set[str],
                         pod_plans: Mapping[str, Schemata | None], by_uid: Mapping[str, PodMeta]
                         ) -> dict[str, Schemata | None]:
         """The pod plans whose group exists or still fits: a new per-pod group never takes the CLOSIDs the
@@ -256,14 +255,14 @@ class ResctrlQoS:
         self._closid_refusals = {p for p in rnd.problems if "no per-pod resctrl group" in p}
         return kept
 
-    def _groups(self, rnd: _Round, executor: ResctrlExecutor) -> set[str] | None:
+    def _groups(self, rnd: _Round, executor: ResctrlGroups) -> set[str] | None:
         try:
             return set(executor.groups())
         except (KoordletError, OSError) as exc:
             rnd.problems.append(f"cannot list the resctrl groups: {exc}")
             return None
 
-    def _release_classes(self, rnd: _Round, executor: ResctrlExecutor, host: HostInfo, keep: set[str]) -> None:
+    def _release_classes(self, rnd: _Round, executor: ResctrlGroups, host: HostInfo, keep: set[str]) -> None:
         """Class groups configured earlier whose class is off now: removed if this strategy made them,
         otherwise given the full cache and bandwidth (another agent, or an earlier koordlet, made them)."""
         for group in sorted(self._configured - keep):
@@ -277,14 +276,14 @@ class ResctrlQoS:
                     rnd.reset.append(group)
             self._configured.discard(group)
 
-    def _remove(self, rnd: _Round, executor: ResctrlExecutor, group: str, why: str) -> None:
+    def _remove(self, rnd: _Round, executor: ResctrlGroups, group: str, why: str) -> None:
         result = executor.remove_group(group, f"{NAME}: {why}")
-        if result.outcome is Outcome.WRITTEN:
+        if result.outcome in _DONE:
             rnd.removed.append(group)
         elif result.outcome is not Outcome.GONE:
             rnd.problems.append(f"remove {group}: {result.outcome.value} ({result.error})")
 
-    def _assign(self, rnd: _Round, executor: ResctrlExecutor, pods: Sequence[PodMeta],
+    def _assign(self, rnd: _Round, executor: ResctrlGroups, pods: Sequence[PodMeta],
                 pod_plans: Mapping[str, Schemata | None], ready: set[str]) -> None:
         wanted: dict[str, list[int]] = {}
         owners: dict[str, str] = {}
@@ -332,7 +331,7 @@ class ResctrlQoS:
 
     # ------------------------------------------------------------------------------------------ switch-off
 
-    def _switch_off(self, now: float, executor: ResctrlExecutor, host: HostInfo) -> Decision:
+    def _switch_off(self, now: float, executor: ResctrlGroups, host: HostInfo) -> Decision:
         rnd = _Round(now)
         existing = self._groups(rnd, executor) or set()
         self._release_classes(rnd, executor, host, set())
@@ -396,11 +395,16 @@ class ResctrlQoS:
         return self._decide(action, "resctrl: " + "; ".join(parts), numbers, at=rnd.now)
 
 
+_DONE = (Outcome.WRITTEN, Outcome.INTENDED)
+"""Outcomes of a write made, or in shadow mode decided and not made: the round decides the same on either."""
+
+
 def _counts(rnd: _Round) -> dict[str, int]:
     counted = Counter(r.outcome for r in rnd.results)
-    return {"writes": counted[Outcome.WRITTEN], "unchanged": counted[Outcome.SKIPPED_UNCHANGED],
+    return {"writes": counted[Outcome.WRITTEN] + counted[Outcome.INTENDED],
+            "unchanged": counted[Outcome.SKIPPED_UNCHANGED],
             "failed_writes": sum(n for o, n in counted.items() if o not in
-                                 (Outcome.WRITTEN, Outcome.SKIPPED_UNCHANGED, Outcome.GONE))}
+                                 (*_DONE, Outcome.SKIPPED_UNCHANGED, Outcome.GONE))}
 
 
 def _list(groups: Iterable[str]) -> str:

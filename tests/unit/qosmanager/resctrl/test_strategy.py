@@ -20,11 +20,16 @@ from koordlet.isolation.resctrl.annotation import ANNOTATION_RESCTRL
 from koordlet.qosmanager.framework import Decision
 from koordlet.qosmanager.plugins import resctrl
 from koordlet.qosmanager.plugins.resctrl.strategy import NO_BACKEND, ResctrlQoS
+from koordlet.qosmanager.shadow import Shadow
+from koordlet.resourceexecutor import ResourceExecutor
+from koordlet.resourceexecutor.resctrl import ResctrlExecutor
+from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.resources import REGISTRY
 from tests.fixtures.fakehost import FakeHost
 from tests.unit.qosmanager.fakes import FakeClock, FakeInformer, make_options, make_pod
 from tests.unit.qosmanager.resctrl.fakeresctrl import AMD, INTEL, FakeKernel, build_tree, make_executor
+from tests.unit.resourceexecutor.fakes import MemoryAudit
 
 LOGGER = "koordlet.qosmanager.plugins.resctrl.strategy"
 FULL_11 = "L3:0=7ff;1=7ff\nMB:0=100;1=100\n"
@@ -422,3 +427,48 @@ def test_each_bad_annotation_is_logged_once(pod_env: Env, caplog: pytest.LogCapt
     assert [len(d.numbers["errors"]) for d in decisions] == [2, 2, 2]
     assert len([r for r in caplog.records if r.name == LOGGER]) == 2
     assert env.kernel.groups() == [] and env.kernel.schemata_writes == []
+
+
+# ------------------------------------------------------------------------------------------ shadow mode
+
+
+def test_in_shadow_mode_the_groups_are_decided_as_in_active_mode_and_resctrl_is_untouched(
+        fake_cgroup_host: FakeHost, tmp_path: Path) -> None:
+    """Classes on, steady, one off, an annotated pod gone, switched off: in shadow mode and in active mode on two
+    identical hosts, equal decisions; the shadow host's resctrl tree keeps its groups, schemata and tasks."""
+    gates = {GATE: True, POD_GATE: True}
+    shadow_env = make_env(fake_cgroup_host, tmp_path / "s", gates=gates)
+    active_env = make_env(FakeHost(tmp_path / "active-host", mode=fake_cgroup_host.mode), tmp_path / "a", gates=gates)
+    audit = MemoryAudit()
+    executor = shadow_env.strategy.options.resctrl
+    assert isinstance(executor, ResctrlExecutor)
+    shadow = Shadow(ShadowModes(default=True), ResourceExecutor(shadow_env.host.layout(), shadow_env.clock, audit),
+                    shadow_env.strategy.options.evictor, resctrl=executor)
+    shadow_env.strategy = ResctrlQoS(shadow.options_for("resctrl", shadow_env.strategy.options))
+    writers = shadow.writers["resctrl"]
+    steps = [(ALL_ON, True), (ALL_ON, True), (slo(ls={"enable": True}, be={"enable": True}), True), ("drop", True),
+             (ALL_ON, False), (ALL_ON, False)]
+
+    def run(env: Env, shadowed: bool) -> list[tuple[str, str]]:
+        env.pod("ls", "LS", [[30, 31]])
+        env.pod("be", "BE", [[40]])
+        annotated = env.pod("p", "LS", [[60]],
+                            annotations={ANNOTATION_RESCTRL: '{"llc":{"schemata":{"range":[0,50]}}}'})
+        decided = []
+        for spec, enabled in steps:
+            env.clock.advance(1)
+            if spec == "drop":
+                env.informer.pod_list.remove(annotated)
+                spec = slo(ls={"enable": True}, be={"enable": True})
+            if shadowed:
+                writers.begin_round(True)
+            decision = env.run(spec, enabled)  # type: ignore[arg-type]
+            decided.append((str(decision.action), decision.summary))
+        return decided
+
+    before = (shadow_env.kernel.groups(), shadow_env.kernel.tasks(""))
+    in_shadow = run(shadow_env, True)
+    assert (shadow_env.kernel.groups(), shadow_env.kernel.tasks("")) == before
+    assert shadow_env.kernel.schemata_writes == []
+    assert {e.outcome for e in audit.entries} == {"intended"} and audit.entries
+    assert run(active_env, False) == in_shadow
