@@ -42,8 +42,14 @@ def table(kind: str, plugins: Iterable[Plugin[DepsT, PluginT]]) -> Mapping[str, 
     return result
 
 
+def enabled(kind: str, plugins: Iterable[Plugin[DepsT, PluginT]],
+            gates: Mapping[str, bool] | None = None) -> list[Plugin[DepsT, PluginT]]:
+    """Every plugin whose gate is on (every plugin when ``gates`` is None), in order."""
+    return [plugin for plugin in table(kind, plugins).values()
+            if plugin.gate is None or gates is None or feature_gates.enabled(gates, plugin.gate)]
+
+
 def build(kind: str, plugins: Iterable[Plugin[DepsT, PluginT]], deps: DepsT,
           gates: Mapping[str, bool] | None = None) -> list[PluginT]:
     """One instance of every plugin whose gate is on (every plugin when ``gates`` is None), in order."""
-    return [plugin.new(deps) for plugin in table(kind, plugins).values()
-            if plugin.gate is None or gates is None or feature_gates.enabled(gates, plugin.gate)]
+    return [plugin.new(deps) for plugin in enabled(kind, plugins, gates)]

@@ -39,7 +39,7 @@ from koordlet.qosmanager.evictor import CompanionEvictionAPI, Evictions, build_b
 from koordlet.qosmanager.manager import QoSManager
 from koordlet.qosmanager.pressure import PressureWatcher, has_cap_sys_resource, parse_triggers, pressure_path
 from koordlet.qosmanager.reader import CgroupReader
-from koordlet.qosmanager.registry import NO_SHADOW_PATH, build_strategies, registry
+from koordlet.qosmanager.registry import build_strategies, registry
 from koordlet.qosmanager.shadow import Shadow
 from koordlet.resourceexecutor import AuditLog, ResourceExecutor, oomscore
 from koordlet.resourceexecutor.coresched import CoreSchedExecutor
@@ -52,8 +52,7 @@ from koordlet.runtimehooks.apply import Applier
 from koordlet.runtimehooks.component import RuntimeHooks
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import HookCallRecorder, HookRunner, Stage, failure_policy
-from koordlet.runtimehooks.hooks import NO_SHADOW_PATH as HOOKS_WITHOUT_SHADOW_PATH
-from koordlet.runtimehooks.hooks import build_hooks
+from koordlet.runtimehooks.hooks import build_hooks, hook_names
 from koordlet.runtimehooks.reconciler import HostAppTarget
 from koordlet.runtimehooks.tenant import TenantGate
 from koordlet.shadowmodes import ShadowModes
@@ -291,8 +290,7 @@ def build_agent(config: Config, state_dir: Path, node: NodeInfo, probes: Mapping
             pid=os.getpid(),
             refused=lambda uid: [r.text() for r in informer.tenant.refused(uid)],
             shadow=qos.shadow.modes if qos.shadow is not None else None,
-            no_shadow_path=sorted(qos.shadow.unsupported) if qos.shadow is not None else (),
-            hook_shadow=hooks.runner.shadow, hooks_without_shadow_path=sorted(hooks.runner.no_shadow_path),
+            hook_shadow=hooks.runner.shadow,
             pressure=pressure_status)
         debug = DebugServer(debug_socket, sources)
         components.append(debug)
@@ -348,7 +346,8 @@ def build_writers(config: Config, state_dir: Path, layout: CgroupLayout, metrics
                    cookies=CookieBook(coresched),
                    resctrl=resctrl_executor(layout.paths, audit, metrics, qos.resource_force_update_seconds),
                    sysctl=SysctlExecutor(layout.paths, time.monotonic, audit, metrics.executor,
-                                         originals_path=str(state_dir / ORIGINALS_FILE)))
+                                         originals_path=str(state_dir / ORIGINALS_FILE),
+                                         intend_again_seconds=qos.resource_force_update_seconds))
 
 
 def build_runtime_hooks(config: Config, layout: CgroupLayout, informer: StatesInformer, holder: NodeSLOHolder,
@@ -357,19 +356,19 @@ def build_runtime_hooks(config: Config, layout: CgroupLayout, informer: StatesIn
     """The hooks (those whose gate is on) over the shared writers and the NodeSLO in force, and their
     transports.  ``driver``: where the kube-QoS directories are, for the hooks' node-level parts (group
     identity of kubepods/burstable/besteffort); None: those parts are not run."""
+    hooks_config = config.runtime_hooks
+    modes = hook_shadow_modes(hooks_config, hook_names(effective_gates))
     deps = HookDeps(layout=layout, gates=effective_gates, probes=probes,
                     nodeslo=lambda: holder.current().spec, coresched=writers.coresched, cookies=writers.cookies,
                     resctrl=writers.resctrl, shared_pools=informer.shared_pools, tenant=informer.tenant,
                     cpu_normalization_ratio=NormalizationRatio(
-                        lambda: (node.annotations if (node := informer.kube_node()) is not None else None)))
-    hooks_config = config.runtime_hooks
-    hooks = build_hooks(deps)
-    runner = HookRunner(hooks, failure_policy(hooks_config.plugin_failure_policy),
+                        lambda: (node.annotations if (node := informer.kube_node()) is not None else None)),
+                    shadow=modes, intents=writers.executor)
+    runner = HookRunner(build_hooks(deps), failure_policy(hooks_config.plugin_failure_policy),
                         metrics.runtime_hooks, disabled=[Stage(s) for s in split_list(hooks_config.disable_stages)],
                         recorder=HookCallRecorder(),
                         tenant=TenantGate(informer.tenant, informer.pods, informer.node),
-                        shadow=hook_shadow_modes(hooks_config, [h.name for h in hooks]),
-                        shadow_sink=metrics.executor, no_shadow_path=HOOKS_WITHOUT_SHADOW_PATH)
+                        shadow=modes, shadow_sink=metrics.executor)
     executor = writers.executor
     applier = Applier(executor.apply, executor.quota_limited_above, defer_be_quota=not config.standalone,
                       intend=executor.intend)
@@ -455,8 +454,7 @@ def build_qos(config: Config, layout: CgroupLayout, driver: DriverGuess, informe
     # Strategies count their evictions in metrics.qos (pod_eviction) with their own reason; intended ones (shadow
     # mode) are counted with the intended writes.
     evictions = Evictions(backend, time.time, writers.audit, metrics=metrics.executor)
-    shadow = Shadow(shadow_modes(qos), writers.executor, evictions, NO_SHADOW_PATH, sysctl=writers.sysctl,
-                    resctrl=writers.resctrl)
+    shadow = Shadow(shadow_modes(qos), writers.executor, evictions, sysctl=writers.sysctl, resctrl=writers.resctrl)
     if shadowed := [name for name in registry() if shadow.modes.shadow(name)]:
         log.warning("QoS strategies in shadow mode: they decide, and write and evict nothing",
                     extra={"strategies": shadowed})

@@ -35,8 +35,7 @@ Read-only endpoints (GET):
     the round would have done ("would set <file> to <value> because <owner>", "would evict <pod> because ...").
 ``/v1/shadow``
     ``{"default": bool, "strategies": {name: bool} (the strategies' own settings), "effective": {name: bool},
-    "no_shadow_path": [name, ...] (strategies that do not run at all while in shadow mode),
-    "hooks": {"default": bool, "hooks": {name: bool}, "effective": {...}, "no_shadow_path": [...]} | null}``;
+    "hooks": {"default": bool, "hooks": {name: bool}, "effective": {...}} | null}``;
     404 without a QoS manager.  A hook call of ``/v1/hooks`` holds ``"intended"``: what hooks in shadow mode
     would have set, which the runtime's answer did not carry.
 ``/v1/hooks?limit=<n>`` (default 100)

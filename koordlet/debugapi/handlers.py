@@ -106,11 +106,8 @@ class DebugSources:
     """The pod's (by uid) labels and annotations the tenant policy refused, one ``key: field: reason`` each."""
     shadow: ShadowView | None = None
     """Shadow mode's switches; None: this koordlet runs every strategy in active mode, always."""
-    no_shadow_path: Sequence[str] = ()
-    """Strategies that do not run at all while in shadow mode (no shadow path for their writes yet)."""
     hook_shadow: ShadowView | None = None
     """The runtime hooks' shadow mode switches; None: no runtime hooks."""
-    hooks_without_shadow_path: Sequence[str] = ()
     pressure: Callable[[], Mapping[str, Any] | None] = lambda: None
     """Event-driven pressure: ``{"enabled", "reason", "debounce_seconds", "triggers", "wakes"}``; None: no QoS
     manager."""
@@ -304,18 +301,15 @@ def log_level(sources: DebugSources, request: Request) -> dict[str, Any]:
     return {"level": level.lower()}
 
 
-def _modes_json(modes: ShadowView, names: Sequence[str], no_shadow_path: Sequence[str]) -> dict[str, Any]:
-    return {**modes.to_json(), "effective": {name: modes.shadow(name) for name in names},
-            "no_shadow_path": sorted(no_shadow_path)}
+def _modes_json(modes: ShadowView, names: Sequence[str]) -> dict[str, Any]:
+    return {**modes.to_json(), "effective": {name: modes.shadow(name) for name in names}}
 
 
 def _shadow_json(sources: DebugSources) -> dict[str, Any]:
     assert sources.shadow is not None
-    document = _modes_json(sources.shadow, [strategy.name for strategy in sources.strategies()],
-                           sources.no_shadow_path)
+    document = _modes_json(sources.shadow, [strategy.name for strategy in sources.strategies()])
     hooks = sources.hook_shadow
-    document["hooks"] = (_modes_json(hooks, sources.hook_names, sources.hooks_without_shadow_path)
-                         if hooks is not None else None)
+    document["hooks"] = _modes_json(hooks, sources.hook_names) if hooks is not None else None
     return document
 
 

@@ -28,9 +28,9 @@ from koordlet.system.kubepaths import CgroupDriver
 from koordlet.system.layout import CgroupLayout
 
 if TYPE_CHECKING:
-    from koordlet.isolation.coresched.cookies import CookieBook
-    from koordlet.resourceexecutor.coresched import CoreSchedExecutor
+    from koordlet.isolation.coresched.cookies import CookieCalls, Cookies
     from koordlet.resourceexecutor.netqos import NetQoS
+    from koordlet.resourceexecutor.resctrl import ResctrlGroups
     from koordlet.resourceexecutor.sysctl import SysctlUpdate
     from koordlet.system.sysfiles import SysFile
 
@@ -80,20 +80,6 @@ class KernelKnobs(Protocol):
     def restore(self, file: SysFile, owner: str) -> Result | None: ...
     def apply_feature(self, name: str, enabled: bool, owner: str) -> Result: ...
     def restore_feature(self, name: str, owner: str) -> Result | None: ...
-
-
-class ResctrlGroups(Protocol):
-    """The resctrl writer as strategies see it (:class:`~koordlet.resourceexecutor.resctrl.ResctrlExecutor`, or
-    a strategy's shadow-mode view of it)."""
-
-    root: str
-
-    def unsupported_reason(self) -> str | None: ...
-    def groups(self) -> list[str]: ...
-    def apply_schemata(self, group: str, lines: Sequence[str], owner: str) -> Result: ...
-    def assign_tasks(self, group: str, pids: Iterable[int], owner: str) -> Result: ...
-    def remove_group(self, group: str, owner: str) -> Result: ...
-    def forget(self, group: str | None = None) -> None: ...
 
 
 class Action(enum.StrEnum):
@@ -266,9 +252,9 @@ class Options:
     """Host capabilities by probe name (``koordlet.system.probes``), for strategies that need a kernel feature."""
     resctrl: ResctrlGroups | None = None
     """The resctrl writer; None when the host has no resctrl mount."""
-    coresched: CoreSchedExecutor | None = None
+    coresched: CookieCalls | None = None
     """The ``prctl(PR_SCHED_CORE)`` caller (it remembers a kernel without core scheduling itself)."""
-    cookies: CookieBook | None = None
+    cookies: Cookies | None = None
     """The core-scheduling cookies koordlet made, shared with the coresched runtime hook; None: the
     strategy keeps a book of its own."""
     netqos: Callable[[str], NetQoS] | None = None

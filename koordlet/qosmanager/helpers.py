@@ -3,7 +3,7 @@ a standalone host's BE workloads.
 
 Usage comes from the metric cache and only when fresh: a sample older than ``STALE_INTERVALS`` collect intervals
 means the collector or the cgroup is gone, and acting on it would suppress or evict on a number that no longer
-describes the node.  The one exception is a round a pressure trigger woke (:func:`fresh_memory_usage`)."""
+describes the node.  The one exception is a round a pressure trigger woke (:class:`FreshMemory`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from koordlet import native
 from koordlet.apis.extension import QoSClass
-from koordlet.errors import KoordletError
 from koordlet.metriccache import names
 from koordlet.metriccache.cache import pod_labels
 from koordlet.metricsadvisor import cgroupfiles
@@ -105,24 +104,36 @@ def memory_usage(options: Options, pods: Sequence[PodMeta]) -> PodUsage:
                                        options.collector.res_used_interval_seconds)))
 
 
-def fresh_memory_usage(options: Options, pods: Sequence[PodMeta]) -> PodUsage:
+class FreshMemory:
     """:func:`memory_usage` read now from the files the collectors read (``/proc/meminfo``, each pod's memory.stat),
     for a round woken because usage just changed, when the metric cache's samples (pod memory every
-    ``memoryIntervalSeconds``) would be seconds old.  A pod whose cgroup is gone or unreadable is absent."""
-    try:
-        meminfo = native.read_meminfo(options.layout.paths.proc("meminfo"), ["MemTotal", "MemAvailable"])
-        node: float | None = float(max(meminfo["MemTotal"] - meminfo["MemAvailable"], 0))
-    except (OSError, KoordletError, KeyError):
-        node = None
-    per_pod = {}
-    for pod in pods:
-        spec = cgroupfiles.memory_stat(options.layout, pod.cgroup_dir)
-        try:
-            values = native.read_kv(spec.path, spec.keys)
-        except (OSError, KoordletError):
-            continue
-        per_pod[pod.uid] = float(sum(values.values()))
-    return PodUsage(node, per_pod)
+    ``memoryIntervalSeconds``) would be seconds old.  One C batch read per call; the files stay open between calls
+    (re-read with ``pread``), those of pods no longer asked for are closed.  A pod whose cgroup is gone or
+    unreadable is absent from the usage."""
+
+    def __init__(self, options: Options) -> None:
+        self._options = options
+        self._files = native.FileSet()
+        self._meminfo = self._files.add(options.layout.paths.proc("meminfo"), native.Kind.MEMINFO,
+                                        ["MemTotal", "MemAvailable"])
+        self._slots: dict[str, int] = {}
+        """memory.stat path -> its slot in the set."""
+
+    def usage(self, pods: Sequence[PodMeta]) -> PodUsage:
+        layout = self._options.layout
+        paths = {pod.uid: cgroupfiles.memory_stat(layout, pod.cgroup_dir) for pod in pods}
+        wanted = {spec.path for spec in paths.values()}
+        for path in [p for p in self._slots if p not in wanted]:
+            self._files.remove(self._slots.pop(path))
+        for spec in paths.values():
+            if spec.path not in self._slots:
+                self._slots[spec.path] = self._files.add(spec.path, spec.kind, spec.keys)
+        batch = self._files.read()
+        total, available = batch.key_value(self._meminfo, 0), batch.key_value(self._meminfo, 1)
+        node = float(max(total - available, 0)) if total is not None and available is not None else None
+        per_pod = {uid: float(used) for uid, spec in paths.items()
+                   if (used := batch.key_sum(self._slots[spec.path])) is not None}
+        return PodUsage(node, per_pod)
 
 
 def _usage(options: Options, pods: Sequence[PodMeta], node_name: str, pod_name: str, age: float,

@@ -132,6 +132,8 @@ class QoSManager:
 
     def _take_wake(self, slot: _Slot, now: float) -> str:
         """The wake a round may serve now ("" for none, or while its debounce lasts)."""
+        if not slot.wake_cause:  # most rounds: no wake, and no lock taken (a wake set meanwhile waits a round)
+            return ""
         with self._wake_lock:
             cause = slot.wake_cause
             if not cause or now < slot.last_woken + self.wake_debounce:
@@ -140,6 +142,8 @@ class QoSManager:
             return cause
 
     def _next_time(self, slot: _Slot) -> float:
+        if not slot.wake_cause:  # read without the lock as in _take_wake; wake() also sets the event
+            return slot.next_due
         with self._wake_lock:
             if slot.wake_cause:
                 return min(slot.next_due, slot.last_woken + self.wake_debounce)
@@ -154,11 +158,6 @@ class QoSManager:
             if not enabled and not slot.was_enabled:
                 return
             writers = self._begin_shadow_round(strategy.name)
-            if writers is not None and writers.shadow and strategy.name in self._no_shadow_path:
-                decision = Decision(strategy.name, self.options.clock(), Action.SKIP,
-                                    "shadow mode: not run, its writes have no shadow path yet", shadow=True)
-                self.options.decisions.record(decision)
-                return
             # One last round with enabled=False lets a strategy undo what it did (recover BE's cpuset).
             if woken_by and isinstance(strategy, Wakeable):
                 decision = strategy.run_woken(spec, enabled)
@@ -196,10 +195,6 @@ class QoSManager:
         if writers is not None:
             writers.begin_round(self.shadow.modes.shadow(strategy))
         return writers
-
-    @property
-    def _no_shadow_path(self) -> frozenset[str]:
-        return self.shadow.unsupported if self.shadow is not None else frozenset()
 
     # --------------------------------------------------------------------------------- component
 

@@ -43,11 +43,6 @@ def registry(strategies: Iterable[StrategyPlugin] = PLUGINS) -> Mapping[str, Str
     return plugins.table(KIND, strategies)
 
 
-NO_SHADOW_PATH: frozenset[str] = frozenset({coresched.NAME})
-"""Strategies writing through a writer shadow mode has no view of yet (core-scheduling cookies, shared with the
-coresched runtime hook): in shadow mode they do not run."""
-
-
 def build_strategies(options: Options, strategies: Iterable[StrategyPlugin] = PLUGINS,
                      shadow: Shadow | None = None) -> list[Strategy]:
     """One instance of every strategy, in run order (each checks its feature gates itself every round:

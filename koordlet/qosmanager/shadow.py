@@ -13,22 +13,24 @@ Each strategy gets its own :class:`StrategyWriters`: the cgroup executor and the
 them.  In a shadow round the executor is asked what it *would* write (:meth:`ResourceExecutor.intend`) and the
 evictor records the eviction without launching it (a pod so "evicted" is pending, as after a real eviction, so
 the next rounds decide as they would have).  Kernel knobs (sysreconcile) go through :class:`ShadowSysctl` the
-same way, network QoS plans (netqos) through :class:`ShadowNetQoS` and resctrl groups through
-:class:`ShadowResctrl`.  Core scheduling (cookies shared with its runtime hook) has no shadow path yet: in shadow
-mode it does not run at all (its decision says so), so shadow mode never writes.
+same way, network QoS plans (netqos) through :class:`ShadowNetQoS`, resctrl groups through :class:`ShadowResctrl`
+and core-scheduling cookies (coresched) through :class:`ShadowCoreSched` and :class:`ShadowCookies`.  A strategy
+holds no writer but these views, so in shadow mode none can write.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
+from koordlet.isolation.coresched.cookies import CookieBook
+from koordlet.isolation.coresched.shadow import ShadowCookies, ShadowCoreSched
 from koordlet.qosmanager.framework import Evictor, Executor, Options, Reader
-from koordlet.qosmanager.shadowviews import ShadowNetQoS, ShadowResctrl, ShadowSysctl
 from koordlet.resourceexecutor import CgroupUpdate, Outcome, Result
 from koordlet.resourceexecutor.netqos import NetQoS
 from koordlet.resourceexecutor.resctrl import ResctrlExecutor
+from koordlet.resourceexecutor.shadowviews import Resettable, ShadowNetQoS, ShadowResctrl, ShadowSysctl
 from koordlet.resourceexecutor.sysctl import SysctlExecutor
 from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.framework import PodMeta
@@ -39,6 +41,7 @@ MAX_INTENDED: Final = 256
 """Intentions a decision lists at most (a cgreconcile round over 1,000 containers intends thousands)."""
 MAX_WOULD_HOLD: Final = 20_000
 """Files whose would-be value a strategy keeps at most (those of pods long gone are dropped with the rest)."""
+_V = TypeVar("_V", bound=Resettable)
 _READ_BACK: Final = (FileKind.INT, FileKind.CPU_MAX, FileKind.CPULIST)
 """Files the reader decodes to one value, which a would-be value stands in for (not per-device files)."""
 
@@ -81,19 +84,22 @@ class StrategyWriters:
         self._would_hold: dict[str, Any] = {}
         """File -> the value it would hold had shadow mode written it (as the reader reads it)."""
 
-        self.sysctl: ShadowSysctl | None = None
-        """The kernel knob writer as this strategy sees it (:meth:`Shadow.options_for` sets it)."""
-        self.resctrl: ShadowResctrl | None = None
-        """The resctrl writer as this strategy sees it (:meth:`Shadow.options_for` sets it)."""
+        self._views: list[Resettable] = []
+        """The strategy's views of its other writers (kernel knobs, resctrl, core scheduling), which an active
+        round resets."""
+
+    def own(self, view: _V) -> _V:
+        """Registers a view of another writer of the strategy's (:mod:`~koordlet.resourceexecutor.shadowviews`),
+        reset by every active round; returns it."""
+        self._views.append(view)
+        return view
 
     def begin_round(self, shadow: bool) -> None:
         """The mode of the round about to run (kept for all of it, whatever the debug API does meanwhile)."""
         if not shadow:
             self._would_hold.clear()  # active: the files hold what is written
-            if self.sysctl is not None:
-                self.sysctl.reset()
-            if self.resctrl is not None:
-                self.resctrl.reset()
+            for view in self._views:
+                view.reset()
         self.shadow = shadow
         self.intended = []
 
@@ -103,18 +109,33 @@ class StrategyWriters:
         if not self.shadow:
             return self._executor.apply(updates)
         results = self._executor.intend(updates, self.strategy)
-        for result in results:
-            if result.path is None:
+        for index, result in enumerate(results):
+            path = result.path
+            if path is None:
                 continue
-            if result.outcome is Outcome.INTENDED and (value := _as_read(result.update)) is not _NOT_READ_BACK:
-                if len(self._would_hold) >= MAX_WOULD_HOLD:
-                    self._would_hold.clear()
-                self._would_hold[result.path] = value
-            elif result.outcome is Outcome.SKIPPED_UNCHANGED:
-                self._would_hold.pop(result.path, None)
+            if result.outcome is Outcome.INTENDED:
+                if (value := _as_read(result.update)) is not _NOT_READ_BACK:
+                    if len(self._would_hold) >= MAX_WOULD_HOLD:
+                        self._would_hold.clear()
+                    self._would_hold[path] = value
+            elif result.outcome is Outcome.SKIPPED_UNCHANGED and path in self._would_hold:
+                results[index] = self._back_to_file(result, path)
         self.note(f"would set {r.path} to {r.text!r} because {r.update.owner}"
                    for r in results if r.outcome is Outcome.INTENDED)
         return results
+
+    def _back_to_file(self, result: Result, path: str) -> Result:
+        """An unchanged result for a file a shadow round would have set: unchanged indeed when the value is the
+        one it would hold (intended again within the force-update window); else the file holds the value the
+        strategy goes back to (cpu.idle=0 after 1), a write in active mode, so an intention here."""
+        held = self._would_hold[path]
+        if held == _as_read(result.update):
+            return result
+        del self._would_hold[path]  # from now on the file holds what the strategy wants
+        update = result.update
+        self._executor.record_intended(path, update.resource.key, str(held), result.text or "", update.owner,
+                                       self.strategy)
+        return Result(update, Outcome.INTENDED, path, result.text)
 
     def forget(self, path: str | None = None) -> None:
         self._executor.forget(path)
@@ -170,13 +191,11 @@ def _as_read(update: CgroupUpdate) -> Any:
 @dataclass
 class Shadow:
     """Shadow mode as the QoS manager runs it: the modes, the executor and evictor every strategy's writers go
-    through, those writers (made by :meth:`options_for` as the strategies are built), and the strategies with
-    no shadow path (they do not run in shadow mode)."""
+    through, and those writers (made by :meth:`options_for` as the strategies are built)."""
 
     modes: ShadowModes
     executor: IntendingExecutor
     evictor: ShadowEvictor
-    unsupported: frozenset[str] = frozenset()
     sysctl: SysctlExecutor | None = None
     """The kernel knob executor strategies' knobs go through (None: none, or they keep the options' own)."""
     resctrl: ResctrlExecutor | None = None
@@ -184,11 +203,11 @@ class Shadow:
     writers: dict[str, StrategyWriters] = field(default_factory=dict)
 
     def options_for(self, strategy: str, options: Options) -> Options:
-        """``options`` with ``strategy``'s own executor, evictor, reader and kernel knob writer."""
+        """``options`` with ``strategy``'s own executor, evictor and reader, and its views of the other writers."""
         writers = self.writers[strategy] = StrategyWriters(strategy, self.executor, self.evictor, options.reader)
         sysctl = options.sysctl
         if self.sysctl is not None and sysctl is not None:
-            sysctl = writers.sysctl = ShadowSysctl(writers, self.sysctl)
+            sysctl = writers.own(ShadowSysctl(writers, self.sysctl))
         netqos = options.netqos
         if netqos is not None:
             make = netqos
@@ -199,6 +218,11 @@ class Shadow:
             netqos = netqos_for
         resctrl = options.resctrl
         if self.resctrl is not None and resctrl is not None:
-            resctrl = writers.resctrl = ShadowResctrl(writers, self.resctrl)
+            resctrl = writers.own(ShadowResctrl(writers, self.resctrl))
+        coresched, cookies = options.coresched, options.cookies
+        if coresched is not None:
+            book = options.cookies if isinstance(options.cookies, CookieBook) else CookieBook(coresched)
+            coresched = writers.own(ShadowCoreSched(writers, coresched))
+            cookies = writers.own(ShadowCookies(writers, book, coresched))
         return replace(options, executor=writers, evictor=writers, reader=writers, sysctl=sysctl, netqos=netqos,
-                       resctrl=resctrl)
+                       resctrl=resctrl, coresched=coresched, cookies=cookies)

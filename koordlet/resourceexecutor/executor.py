@@ -178,8 +178,9 @@ class ResourceExecutor:
         """Shadow mode's :meth:`apply`: each update resolved, validated and rendered as ``apply`` does and its
         file read, and nothing written.  A value the file holds already is ``SKIPPED_UNCHANGED``; any other is
         ``INTENDED``, audited as intended (the file's value, the one ``strategy`` wants, the owner) and counted.
-        A file is read again only once the force-update window passed or the value changed, as ``apply`` skips
-        what it wrote within the window: a node left in shadow mode for a day keeps a readable audit.  What was
+        A file is read again only once the force-update window passed or the value changed, and is
+        ``SKIPPED_UNCHANGED`` until then, as ``apply`` skips what it wrote within the window: a node left in shadow
+        mode for a day keeps a readable audit.  What was
         written stays unknown to the tables, so switching to active mode writes everything due at once.  Not
         modelled: a v1 CFS quota capped to its parents', and the top-down merge of a leveled value (``apply``
         does both only as it writes)."""
@@ -193,10 +194,11 @@ class ResourceExecutor:
                 results.append(p)
                 continue
             # As apply skips a value it wrote within the window, a value judged within the window is not read
-            # again: a shadow cgreconcile round over 1,000 containers would otherwise read ~9,000 files a second.
+            # again (a shadow cgreconcile round over 1,000 containers would otherwise read ~9,000 files a second)
+            # and is unchanged, as apply would answer: the round decides as it would in active mode.
             known = self._intended.get(p.target)
             if known is not None and known[0] == p.text and now - known[1] < self._ledger.force_update_seconds:
-                results.append(Result(p.update, known[2], p.path, p.text))
+                results.append(Result(p.update, Outcome.SKIPPED_UNCHANGED, p.path, p.text))
                 continue
             current = self._read_quietly(p.path)
             held = current is not None and _holds(p, current)

@@ -112,11 +112,19 @@ class NetQoSPlan:
 
 
 def plan_text(plan: NetQoSPlan) -> str:
-    """One line of what ``plan`` shapes (the audit log's "new" value of a plan not applied in shadow mode)."""
-    classes = ", ".join(f"{name} egress {c.egress_rate_bps}/{c.egress_ceil_bps} ingress {c.ingress_rate_bps}/"
-                        f"{c.ingress_ceil_bps} bit/s ({len(c.source_ips)} IPs)" for name, c in plan.classes())
-    pods = f", {len(plan.pods)} pods with their own bandwidth" if plan.pods else ""
-    return f"{plan.interface} total {plan.total_bps} bit/s: {classes}{pods}"
+    """What ``plan`` shapes, in one line: the netqos strategy's decision, and the audit log's "new" value of a plan
+    not applied in shadow mode."""
+    parts = [f"{plan.interface} total {_mbit(plan.total_bps)}bit/s"]
+    parts += [f"{name.upper()} egress {_mbit(c.egress_rate_bps)}/{_mbit(c.egress_ceil_bps)} "
+              f"ingress {_mbit(c.ingress_rate_bps)}/{_mbit(c.ingress_ceil_bps)} ({len(c.source_ips)} IPs)"
+              for name, c in plan.classes()]
+    if plan.pods:
+        parts.append(f"{len(plan.pods)} pods with their own bandwidth")
+    return "; ".join(parts)
+
+
+def _mbit(bps: int) -> str:
+    return f"{bps / 1_000_000:g}M"
 
 
 class NetQoS(Protocol):

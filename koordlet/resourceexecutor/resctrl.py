@@ -75,6 +75,20 @@ class ResctrlWriter(Protocol):
         """Removes a control group (the kernel moves its tasks to the parent)."""
 
 
+class ResctrlGroups(Protocol):
+    """The resctrl writer as the resctrl strategy and hook see it (:class:`ResctrlExecutor`, or a shadow-mode view
+    of it, :class:`~koordlet.resourceexecutor.shadowviews.ShadowResctrl`)."""
+
+    root: str
+
+    def unsupported_reason(self) -> str | None: ...
+    def groups(self) -> list[str]: ...
+    def apply_schemata(self, group: str, lines: Sequence[str], owner: str) -> Result: ...
+    def assign_tasks(self, group: str, pids: Iterable[int], owner: str) -> Result: ...
+    def remove_group(self, group: str, owner: str) -> Result: ...
+    def forget(self, group: str | None = None) -> None: ...
+
+
 class ResctrlFileWriter(FileWriter):
     """:class:`FileWriter` plus the directory calls; on resctrl ``rmdir`` works on a non-empty group."""
 

@@ -43,7 +43,8 @@ FEATURE_KEY = "sched_features:"
 FEATURES_RESOURCE = "sched_features"
 _MISSING = frozenset({errno.ENOENT, errno.ENODEV}) | UNSUPPORTED_ERRNOS
 INTEND_AGAIN_SECONDS = 60.0
-"""How long an unchanged intention goes unaudited (the cgroup executor's force-update window, by default)."""
+"""How long an unchanged intention goes unaudited by default (the cgroup executor's default force-update window;
+the daemon passes the window configured, ``qos.resourceForceUpdateSeconds``)."""
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,13 @@ class SysctlExecutor:
         *,
         originals_path: str | None = None,
         unsupported_retry_seconds: float = DEFAULT_UNSUPPORTED_RETRY_SECONDS,
+        intend_again_seconds: float = INTEND_AGAIN_SECONDS,
         writer: CgroupWriter | None = None,
     ) -> None:
-        check_timings(0.0, unsupported_retry_seconds)
+        check_timings(intend_again_seconds, unsupported_retry_seconds)
+        self.intend_again_seconds = intend_again_seconds
+        """How long an unchanged intention goes unaudited (:meth:`intend`), as the cgroup executor's force-update
+        window."""
         self._paths = paths
         self._clock = clock
         self._audit = audit
@@ -143,8 +148,8 @@ class SysctlExecutor:
 
     def intend(self, update: SysctlUpdate, who: str) -> Result:
         """Shadow mode's :meth:`apply` for a caller stating a value every round (a runtime hook's reconciler):
-        ``INTENDED`` while the file holds another text, audited and counted once per :data:`INTEND_AGAIN_SECONDS`
-        while it stays so; nothing is written."""
+        ``INTENDED`` while the file holds another text, audited and counted once per
+        :attr:`intend_again_seconds` while it stays so; nothing is written."""
         checked = self.checked(update)
         if isinstance(checked, Result):
             return checked
@@ -152,15 +157,13 @@ class SysctlExecutor:
         try:
             old = self._writer.read(path).strip()
         except OSError as exc:
-            code = exc.errno or errno.EIO
-            outcome = Outcome.UNSUPPORTED if code in _MISSING else Outcome.FAILED
-            return Result(None, outcome, path=path, text=text, error=f"{path}: {os.strerror(code)}")
+            return read_failure(path, update.file.key, exc)
         if old == text:
             return Result(None, Outcome.SKIPPED_UNCHANGED, path=path, text=text)
         now = self._clock()
         with self._lock:
             told = self._told.get(path)
-            fresh = told is None or told[0] != text or now - told[1] >= INTEND_AGAIN_SECONDS
+            fresh = told is None or told[0] != text or now - told[1] >= self.intend_again_seconds
             if fresh:
                 self._told[path] = (text, now)
         if fresh:
@@ -332,3 +335,13 @@ class SysctlExecutor:
         except OSError as exc:
             log.warning("kernel knob originals not saved; a restart would forget them",
                         extra={"path": self._originals_path, "error": str(exc)})
+
+
+def read_failure(path: str, resource: str, exc: OSError) -> Result:
+    """A failed read of a knob (or of the scheduler's features) before a shadow-mode intention: ``UNSUPPORTED``
+    when the kernel has no such file, ``FAILED`` otherwise; nothing is remembered (no write was tried)."""
+    code = exc.errno or errno.EIO
+    if code in _MISSING:
+        return Result(None, Outcome.UNSUPPORTED, path=path, error=f"{path}: this kernel has no {resource} "
+                                                                  f"({os.strerror(code)})")
+    return Result(None, Outcome.FAILED, path=path, error=f"{path}: {os.strerror(code)}")

@@ -18,7 +18,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -334,15 +334,15 @@ class HookRunner:
                  metrics: HookMetricsSink | None = None, disabled: Iterable[Stage] = (),
                  clock: Callable[[], float] = time.perf_counter, recorder: HookCallRecorder | None = None,
                  tenant: Callable[[HookRequest], HookRequest] | None = None, shadow: ShadowModes | None = None,
-                 shadow_sink: WriteSink = NULL_SINK, no_shadow_path: Collection[str] = ()) -> None:
+                 shadow_sink: WriteSink = NULL_SINK) -> None:
         """``tenant``: reviews each request's pod before any hook sees it (the tenant policy,
         :class:`koordlet.runtimehooks.tenant.TenantGate`); None: pods are taken as they come.
 
         ``shadow``: the hooks in shadow mode.  Such a hook runs as in active mode, and what it sets goes to
         :attr:`StageResult.intended` instead of the adjustment: recorded (the call's ``intended``) and counted
         in ``shadow_sink`` for every call of a transport (not the reconciler's rounds, which repeat it), and
-        neither answered to the runtime nor written.  A hook of ``no_shadow_path`` (it writes through other
-        writers as it decides) does not run at all while in shadow mode."""
+        neither answered to the runtime nor written.  What it would do through its other writers (resctrl groups,
+        core-scheduling cookies) its own views record (:meth:`~koordlet.runtimehooks.deps.HookDeps.for_hook`)."""
         ordered = sorted(hooks, key=lambda h: h.name)
         names = [h.name for h in ordered]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -357,7 +357,6 @@ class HookRunner:
         self._tenant = tenant
         self.shadow = shadow
         self._shadow_sink = shadow_sink
-        self.no_shadow_path = frozenset(no_shadow_path)
         # The hooks each stage runs, disabled stages resolved here: the reconciler asks for every pod and
         # container of every round (and hashing an enum member runs Python code).
         self._by_stage: Mapping[Stage, tuple[Hook, ...]] = {
@@ -396,10 +395,6 @@ class HookRunner:
         """Whether ``hook`` runs in shadow mode now."""
         return self.shadow is not None and self.shadow.shadow(hook)
 
-    def held_back(self, hook: str) -> bool:
-        """Whether ``hook`` must not run now: in shadow mode, with no shadow path."""
-        return hook in self.no_shadow_path and self.in_shadow(hook)
-
     def _reviewed(self, request: HookRequest, log_errors: bool) -> StageResult:
         if self._tenant is not None and self.hooks(request.stage):
             try:
@@ -419,8 +414,6 @@ class HookRunner:
         # Every hook's values, whatever its mode: two hooks setting one field conflict in shadow mode too.
         every = Adjustment() if shadow is not None else result.adjustment
         for hook in self.hooks(request.stage):
-            if shadow is not None and self.held_back(hook.name):
-                continue
             ctx = HookContext(request, hook.name)
             started = self._clock()
             error: str | None = None

@@ -159,8 +159,6 @@ class Reconciler:
         if self._qos_dirs is None:
             return keys
         for hook in self._runner.node_hooks:
-            if self._runner.held_back(hook.name):
-                continue
             key = f"hook:{hook.name}"
             keys.add(key)
             ctx = NodeContext(hook.name)
@@ -190,8 +188,6 @@ class Reconciler:
             updates: list[CgroupUpdate] = []
             results: list[Result] = []
             for hook in self._runner.host_app_hooks:
-                if self._runner.held_back(hook.name):
-                    continue
                 ctx = HostAppContext(hook.name, app.name, app.qos)
                 try:
                     assert hook.host_app_fn is not None

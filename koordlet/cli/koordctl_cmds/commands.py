@@ -452,11 +452,9 @@ def _mode_rows(modes: Mapping[str, Any], own_key: str, kind: str) -> list[tuple[
     effective = modes.get("effective")
     own = modes.get(own_key)
     own = own if isinstance(own, Mapping) else {}
-    unsupported = set(modes.get("no_shadow_path") or ())
     rows: list[tuple[str, ...]] = []
     for name, shadow in (effective.items() if isinstance(effective, Mapping) else ()):
-        note = " (not run: no shadow path yet)" if shadow is True and name in unsupported else ""
-        rows.append((kind, render.text(name), _mode(shadow), ("own" if name in own else "default") + note))
+        rows.append((kind, render.text(name), _mode(shadow), "own" if name in own else "default"))
     return rows
 
 

@@ -18,17 +18,29 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
-from koordlet.resourceexecutor.coresched import CoreSchedExecutor
 from koordlet.resourceexecutor.update import Outcome, Result
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 ContainerKey = tuple[str, str]
 """(pod UID, container id)."""
+
+
+class CookieCalls(Protocol):
+    """The core-scheduling calls koordlet makes (:class:`~koordlet.resourceexecutor.coresched.CoreSchedExecutor`,
+    or a shadow-mode view of it, :class:`~koordlet.isolation.coresched.shadow.ShadowCoreSched`)."""
+
+    @property
+    def unsupported_reason(self) -> str | None: ...
+    def probe(self) -> str | None: ...
+    def get(self, pid: int) -> Result: ...
+    def assign_group(self, leader_pid: int, pids: Iterable[int], owner: str) -> Result: ...
+    def assign(self, from_pid: int, pids: Iterable[int], owner: str) -> Result: ...
+    def clear(self, pids: Iterable[int], owner: str) -> Result: ...
 
 
 @dataclass
@@ -70,7 +82,7 @@ class CookieBook:
     strategy (QoS manager thread) and the runtime hook (hook threads), so one group gets one cookie:
     its public methods hold :attr:`lock`."""
 
-    def __init__(self, executor: CoreSchedExecutor) -> None:
+    def __init__(self, executor: CookieCalls) -> None:
         self.executor = executor
         self.lock = threading.RLock()
         self.groups: dict[str, GroupEntry] = {}
@@ -219,3 +231,24 @@ class CookieBook:
     @_locked
     def numbers(self) -> dict[str, dict[str, int]]:
         return {group: {"cookie": e.cookie, "tasks": len(e.pids)} for group, e in sorted(self.groups.items())}
+
+    @_locked
+    def copy(self, executor: CookieCalls) -> CookieBook:
+        """A book holding what this one holds now, making its calls through ``executor`` (shadow mode's)."""
+        twin = CookieBook(executor)
+        twin.groups = {group: GroupEntry(e.cookie, set(e.pids)) for group, e in self.groups.items()}
+        twin.containers = {key: ContainerEntry(c.group, set(c.pids)) for key, c in self.containers.items()}
+        return twin
+
+
+class Cookies(Protocol):
+    """The cookie book as the coresched strategy and hook see it (:class:`CookieBook`, or a shadow-mode view of it,
+    :class:`~koordlet.isolation.coresched.shadow.ShadowCookies`)."""
+
+    @property
+    def containers(self) -> Mapping[ContainerKey, ContainerEntry]: ...
+    def enable(self, key: ContainerKey, group: str, pids: Sequence[int], owner: str, tally: Tally) -> None: ...
+    def disable(self, key: ContainerKey, pids: Sequence[int], owner: str, tally: Tally) -> None: ...
+    def forget(self, live: Iterable[ContainerKey]) -> list[ContainerKey]: ...
+    def clear_all(self, pids_of: Callable[[ContainerKey], Sequence[int]], owner: str, tally: Tally) -> None: ...
+    def numbers(self) -> dict[str, dict[str, int]]: ...

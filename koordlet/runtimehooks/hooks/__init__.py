@@ -1,10 +1,12 @@
 """One package per runtime hook; each exports ``NAME``, ``new(deps)`` and ``PLUGIN``.  :func:`build_hooks`
 makes the daemon's list: a hook whose registration gate is off is not registered at all (Koordinator
 registers such a hook only when its gate is on), the rest get the shared
-:class:`~koordlet.runtimehooks.deps.HookDeps`.  Gates that also depend on the NodeSLO or the host are
-checked by the hooks themselves, per request."""
+:class:`~koordlet.runtimehooks.deps.HookDeps` with writers of their own that follow their shadow mode.  Gates
+that also depend on the NodeSLO or the host are checked by the hooks themselves, per request."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from koordlet import plugins
 from koordlet.runtimehooks.deps import HookDeps
@@ -27,10 +29,11 @@ PLUGINS: tuple[plugins.Plugin[HookDeps, Hook], ...] = (
     oomscoreadj.PLUGIN, resctrl.PLUGIN, tc.PLUGIN)
 
 
-NO_SHADOW_PATH: frozenset[str] = frozenset({coresched.NAME, resctrl.NAME})
-"""Hooks writing through more than their answer, the cgroup executor and the reconciler's kernel knobs
-(core-scheduling cookies, resctrl groups), which shadow mode cannot yet record: in shadow mode they do not run."""
-
-
 def build_hooks(deps: HookDeps) -> list[Hook]:
-    return plugins.build(KIND, PLUGINS, deps, deps.gates)
+    """The hooks whose registration gate is on, each with its own writers (:meth:`HookDeps.for_hook`)."""
+    return [plugin.new(deps.for_hook(plugin.name)) for plugin in plugins.enabled(KIND, PLUGINS, deps.gates)]
+
+
+def hook_names(gates: Mapping[str, bool]) -> list[str]:
+    """The names of the hooks :func:`build_hooks` makes under ``gates``."""
+    return [plugin.name for plugin in plugins.enabled(KIND, PLUGINS, gates)]

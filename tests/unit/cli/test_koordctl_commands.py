@@ -128,9 +128,8 @@ PROFILE_DOC: dict[str, Any] = {
 }
 SHADOW_DOC: dict[str, Any] = {
     "default": False, "strategies": {"cpuevict": True, "resctrl": True},
-    "effective": {"cpusuppress": False, "cpuevict": True, "resctrl": True}, "no_shadow_path": ["resctrl"],
-    "hooks": {"default": True, "hooks": {}, "effective": {"cpuset": True, "coresched": True},
-              "no_shadow_path": ["coresched"]},
+    "effective": {"cpusuppress": False, "cpuevict": True, "resctrl": True},
+    "hooks": {"default": True, "hooks": {}, "effective": {"cpuset": True, "coresched": True}},
 }
 DOCUMENTS: dict[str, dict[str, Any]] = {
     contract.STATUS: STATUS_DOC, contract.PODS: PODS_DOC, contract.METRICS: METRICS_DOC, contract.SLO: SLO_DOC,
@@ -493,9 +492,9 @@ def test_shadow_table(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
         ["KIND", "NAME", "MODE", "SET-BY"],
         ["strategy", "cpusuppress", "active", "default"],
         ["strategy", "cpuevict", "shadow", "own"],
-        ["strategy", "resctrl", "shadow", "own (not run: no shadow path yet)"],
+        ["strategy", "resctrl", "shadow", "own"],
         ["hook", "cpuset", "shadow", "default"],
-        ["hook", "coresched", "shadow", "default (not run: no shadow path yet)"],
+        ["hook", "coresched", "shadow", "default"],
     ]
 
 

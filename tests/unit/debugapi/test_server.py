@@ -421,14 +421,11 @@ def test_log_level_rejects_a_bad_level(world: World, serve: Any, body: Any) -> N
 def test_shadow_mode_is_shown_and_switched_from_the_next_round(world: World, serve: Any) -> None:
     modes = ShadowModes(known=["cpusuppress", "memoryevict"])
     hooks = ShadowModes(known=["cpu", "noop"], kind="hook")
-    path = serve(sources_of(world, shadow=modes, no_shadow_path=["memoryevict"], hook_shadow=hooks,
-                            hooks_without_shadow_path=["noop"]))
+    path = serve(sources_of(world, shadow=modes, hook_shadow=hooks))
     code, doc = get(path, contract.SHADOW)
     assert (code, doc) == (200, {"default": False, "strategies": {}, "effective": {"cpusuppress": False,
                                                                                  "memoryevict": False},
-                                 "no_shadow_path": ["memoryevict"],
-                                 "hooks": {"default": False, "hooks": {}, "effective": {"cpu": False, "noop": False},
-                                           "no_shadow_path": ["noop"]}})
+                                 "hooks": {"default": False, "hooks": {}, "effective": {"cpu": False, "noop": False}}})
     code, doc = post(path, contract.ADMIN_SHADOW, {"hook": "cpu", "shadow": True})
     assert code == 200 and doc["hooks"]["hooks"] == {"cpu": True} and hooks.shadow("cpu")
     assert not modes.shadow("cpusuppress")

@@ -1,11 +1,10 @@
 """Shadow mode (koordlet/qosmanager/shadow.py): modes switched at run time take effect in the next round, a shadow
-round writes and evicts nothing and its decision says what it would have done, strategies without a shadow path
-do not run, and the configured modes name only strategies that exist."""
+round writes and evicts nothing and its decision says what it would have done, and the configured modes name only
+strategies that exist."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import cast
 
@@ -15,21 +14,29 @@ from koordlet.apis.nodeslo import NodeSLOSpec
 from koordlet.config.types import QoSManagerConfig
 from koordlet.daemon.agent import shadow_modes
 from koordlet.errors import ConfigError
+from koordlet.isolation.coresched.cookies import CookieBook
 from koordlet.plugins import Plugin
-from koordlet.qosmanager import plugins as plugins_package
 from koordlet.qosmanager.evictor import Evictions
 from koordlet.qosmanager.framework import Action, Decision, Options
 from koordlet.qosmanager.manager import QoSManager
-from koordlet.qosmanager.registry import NO_SHADOW_PATH, build_strategies, registry
+from koordlet.qosmanager.reader import CgroupReader
+from koordlet.qosmanager.registry import build_strategies, registry
 from koordlet.qosmanager.shadow import MAX_INTENDED, Shadow
 from koordlet.resourceexecutor import CgroupUpdate, ResourceExecutor
+from koordlet.resourceexecutor.coresched import CoreSchedExecutor
+from koordlet.resourceexecutor.resctrl import ResctrlExecutor
+from koordlet.resourceexecutor.sysctl import SysctlExecutor
+from koordlet.resourceexecutor.tc import TcNetQoS
 from koordlet.shadowmodes import ShadowModes
 from koordlet.statesinformer.nodeslo import NodeSLOHolder
 from koordlet.system import resources as r
 from tests.fixtures.fakehost import FakeHost
+from tests.unit.qosmanager.coresched.fakenative import FakeNative
 from tests.unit.qosmanager.fakes import FakeClock, FakeInformer, MemoryAudit, RecordingBackend, make_options, make_pod
 
 BE = "kubepods/besteffort"
+WRITERS = (ResourceExecutor, Evictions, CgroupReader, CoreSchedExecutor, CookieBook, SysctlExecutor, ResctrlExecutor)
+"""The writers a strategy could be handed (the reader stands for the would-be values a shadow round reads back)."""
 
 
 class EverySecond:
@@ -62,7 +69,7 @@ def _rig(fake_cgroup_host: FakeHost, tmp_path: Path, modes: ShadowModes
     backend = RecordingBackend()
     options = make_options(fake_cgroup_host, tmp_path, FakeInformer(), backend=backend)
     executor, evictor = cast(ResourceExecutor, options.executor), cast(Evictions, options.evictor)
-    shadow = Shadow(modes, executor, evictor, frozenset({"writes-elsewhere"}))
+    shadow = Shadow(modes, executor, evictor)
     limiters: list[Limiter] = []
 
     def new(deps: Options) -> Limiter:
@@ -125,41 +132,24 @@ def test_switching_to_shadow_mode_stops_writes_from_the_next_round(fake_cgroup_h
     assert modes.shadow("limiter")
 
 
-def test_a_strategy_without_a_shadow_path_does_not_run_in_shadow_mode(fake_cgroup_host: FakeHost,
-                                                                       tmp_path: Path) -> None:
-    modes = ShadowModes(default=True, known=["writes-elsewhere"])
-    fake_cgroup_host.mkdir_cgroup(BE)
-    options = make_options(fake_cgroup_host, tmp_path, FakeInformer())
-    shadow = Shadow(modes, cast(ResourceExecutor, options.executor), cast(Evictions, options.evictor),
-                    frozenset({"writes-elsewhere"}))
-    ran: list[bool] = []
-
-    @dataclass
-    class Elsewhere(EverySecond):
-        name: str = "writes-elsewhere"
-
-        def run_once(self, slo: NodeSLOSpec, enabled: bool = True) -> Decision:
-            ran.append(enabled)
-            return Decision(self.name, 0.0, Action.APPLY, "wrote a sysctl")
-
-    strategies = build_strategies(options, [Plugin("writes-elsewhere", lambda deps: Elsewhere())], shadow=shadow)
-    manager = QoSManager(options, strategies, NodeSLOHolder(), monotonic=FakeClock(100.0), shadow=shadow)
-    manager.run_once(force=True)
-    decision = manager.options.decisions.last("writes-elsewhere")
-    assert ran == [] and decision is not None and decision.action is Action.SKIP and decision.shadow
-    modes.set(None, False)
-    manager.run_once(force=True)
-    assert ran == [True]
-
-
-def test_every_strategy_with_writers_of_its_own_is_kept_out_of_shadow_mode() -> None:
-    """A strategy reaching for a writer shadow mode does not wrap would write in shadow mode: it must be listed."""
-    plugins_dir = Path(plugins_package.__file__).parent
-    others = re.compile(r"options\.(coresched|cookies)\b")
+def test_a_strategy_holds_no_writer_but_its_shadow_views(fake_host: FakeHost, tmp_path: Path) -> None:
+    """Whatever a strategy writes through (cgroups, evictions, kernel knobs, resctrl, core scheduling, network QoS)
+    is a view that follows its mode: none of the shared writers reaches a strategy as it is."""
+    options = make_options(fake_host, tmp_path, FakeInformer())
+    coresched = CoreSchedExecutor(FakeNative(), MemoryAudit(), FakeClock())
+    sysctl = SysctlExecutor(fake_host.paths)
+    resctrl = ResctrlExecutor(str(tmp_path / "resctrl"), FakeClock(), None)
+    options = replace(options, coresched=coresched, cookies=CookieBook(coresched), sysctl=sysctl, resctrl=resctrl,
+                      netqos=lambda policy: TcNetQoS("lo"))
+    shadow = Shadow(ShadowModes(), cast(ResourceExecutor, options.executor), cast(Evictions, options.evictor),
+                    sysctl=sysctl, resctrl=resctrl)
+    shared = {id(getattr(options, f.name)) for f in fields(options)
+              if isinstance(getattr(options, f.name), WRITERS)}
+    assert len(shared) == 7
     for name in registry():
-        assert (plugins_dir / name).is_dir(), name
-        sources = "".join(p.read_text() for p in (plugins_dir / name).rglob("*.py"))
-        assert bool(others.search(sources)) == (name in NO_SHADOW_PATH), name
+        own = shadow.options_for(name, options)
+        assert [f.name for f in fields(own) if id(getattr(own, f.name)) in shared] == [], name
+        assert own.netqos is not None and not isinstance(own.netqos("tc"), TcNetQoS)
 
 
 def test_a_decision_lists_a_bounded_number_of_intentions(fake_cgroup_host: FakeHost, tmp_path: Path) -> None:

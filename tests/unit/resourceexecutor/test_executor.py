@@ -579,10 +579,10 @@ def test_intend_writes_nothing_and_audits_what_it_would_write(fake_cgroup_host: 
     assert (entry.old, entry.new, entry.owner, entry.outcome) == (before, results[1].text, "cpusuppress: be quota",
                                                                   "intended")
     assert sink.counted == [("cpu_cfs_quota", "cpusuppress")]
-    # The same intention again within the force-update window: answered without reading the file again, and
-    # not audited or counted again...
+    # The same intention again within the force-update window: unchanged, as apply answers a value it wrote
+    # within the window; the file is not read again, nor the intention audited or counted again...
     reads = writer.reads
-    assert executor.intend([quota], "cpusuppress")[0].outcome is Outcome.INTENDED
+    assert executor.intend([quota], "cpusuppress")[0].outcome is Outcome.SKIPPED_UNCHANGED
     assert len(audit.entries) == 1 and len(sink.counted) == 1 and writer.reads == reads
     # ... another value is news at once, and the same one again a window later.
     executor.intend([upd(r.CPU_CFS_QUOTA, 60_000)], "cpusuppress")

@@ -152,7 +152,7 @@ def test_a_hook_in_shadow_mode_decides_and_the_answer_does_not_carry_it() -> Non
     runner = HookRunner([hook("cpuset", tracked("cpuset", setter("cpuset_cpus", "0-3"))),
                          hook("batchresource", tracked("batchresource", setter("cpu_shares", 512))),
                          hook("coresched", tracked("coresched", setter("memory_limit", 1 << 30)))],
-                        recorder=recorder, shadow=modes, shadow_sink=sink, no_shadow_path=["coresched"])
+                        recorder=recorder, shadow=modes, shadow_sink=sink)
     assert runner.run(CREATE, transport="nri").adjustment.values == {
         "cpu_shares": 512, "cpuset_cpus": "0-3", "memory_limit": 1 << 30}
     modes.set("cpuset", True)
@@ -160,15 +160,17 @@ def test_a_hook_in_shadow_mode_decides_and_the_answer_does_not_carry_it() -> Non
     ran.clear()
     result = runner.run(CREATE, transport="nri")
     assert result.adjustment.values == {"cpu_shares": 512}
-    assert result.intended.values == {"cpuset_cpus": "0-3"} and result.intended.owners == {"cpuset_cpus": "cpuset"}
-    assert ran == ["batchresource", "cpuset"]  # coresched has no shadow path: it does not run at all
-    assert sink.counted == [("cpuset_cpus", "runtimehooks/cpuset")]
+    assert result.intended.values == {"cpuset_cpus": "0-3", "memory_limit": 1 << 30}
+    assert result.intended.owners == {"cpuset_cpus": "cpuset", "memory_limit": "coresched"}
+    assert ran == ["batchresource", "coresched", "cpuset"]  # every hook runs, whatever its mode
+    assert sorted(sink.counted) == [("cpuset_cpus", "runtimehooks/cpuset"), ("memory_limit", "runtimehooks/coresched")]
     call = recorder.recent(1)[0]
-    assert (call.adjustment, call.intended) == ({"cpu_shares": 512}, {"cpuset_cpus": "0-3"})
-    assert call.to_json()["intended"] == {"cpuset_cpus": "0-3"}
+    intended = {"cpuset_cpus": "0-3", "memory_limit": 1 << 30}
+    assert (call.adjustment, call.intended) == ({"cpu_shares": 512}, intended)
+    assert call.to_json()["intended"] == intended
     # The reconciler's rounds repeat the same intention for every pod each round: not counted again.
     runner.run(CREATE, transport="reconciler")
-    assert len(sink.counted) == 1
+    assert len(sink.counted) == 2
     modes.set(None, True)
     assert runner.run(CREATE, transport="nri").adjustment.empty()
 

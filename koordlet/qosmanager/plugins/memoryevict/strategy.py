@@ -104,6 +104,8 @@ class MemoryEvict(EvictionStrategy):
     def __init__(self, options: Options) -> None:
         super().__init__(options, log, interval_seconds=options.config.memory_evict_interval_seconds,
                          cool_seconds=options.config.memory_evict_cool_time_seconds, cool_from_start=False)
+        self._fresh: helpers.FreshMemory | None = None
+        """The files a woken round reads (opened at the first one)."""
 
     def _round(self, slo: NodeSLOSpec, now: float) -> Decision:
         threshold = slo.resource_used_threshold_with_be or ResourceThresholdStrategy()
@@ -168,7 +170,9 @@ class MemoryEvict(EvictionStrategy):
         """The metric cache's latest samples; in a woken round the files read now (the samples may be a memory
         interval old, and the trigger says usage just changed)."""
         if self.woken:
-            return helpers.fresh_memory_usage(self.options, pods)
+            if self._fresh is None:
+                self._fresh = helpers.FreshMemory(self.options)
+            return self._fresh.usage(pods)
         return helpers.memory_usage(self.options, pods)
 
     def _node_base(self, usage: helpers.PodUsage) -> Base | Unavailable:

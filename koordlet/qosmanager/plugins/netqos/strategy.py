@@ -29,7 +29,7 @@ from koordlet.isolation.netqos.policy import GATES, POLICY_FIELD, POLICY_TC, pol
 from koordlet.isolation.slo import qos_strategy
 from koordlet.qosmanager.framework import Action, Decider, Decision, Options
 from koordlet.qosmanager.plugins.netqos.pods import OwnBandwidth, own_limit, pod_bandwidths
-from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoS, NetQoSPlan
+from koordlet.resourceexecutor.netqos import ClassBandwidth, NetQoS, NetQoSPlan, plan_text
 
 log = logging.getLogger(__name__)
 
@@ -228,16 +228,5 @@ def _bandwidth(rates: ClassRates, ips: list[str]) -> ClassBandwidth:
                           rates.ingress_ceil_bps, tuple(sorted(ips)))
 
 
-def _mbit(bps: int) -> str:
-    return f"{bps / 1_000_000:g}M"
-
-
 def _summary(verb: str, plan: NetQoSPlan, policy: str, notes: list[str]) -> str:
-    parts = [f"{verb} {policy} on {plan.interface} total {_mbit(plan.total_bps)}bit/s"]
-    for name, cls in plan.classes():
-        parts.append(f"{name.upper()} egress {_mbit(cls.egress_rate_bps)}/{_mbit(cls.egress_ceil_bps)} "
-                     f"ingress {_mbit(cls.ingress_rate_bps)}/{_mbit(cls.ingress_ceil_bps)} "
-                     f"({len(cls.source_ips)} IPs)")
-    if plan.pods:
-        parts.append(f"{len(plan.pods)} pods with their own bandwidth")
-    return "; ".join(parts + notes)
+    return "; ".join([f"{verb} {policy} on {plan_text(plan)}", *notes])

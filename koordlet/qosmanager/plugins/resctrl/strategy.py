@@ -54,8 +54,9 @@ from koordlet.isolation.resctrl.schemata import (
     uniform,
 )
 from koordlet.isolation.slo import qos_strategy
-from koordlet.qosmanager.framework import Action, Decider, Decision, Options, ResctrlGroups
+from koordlet.qosmanager.framework import Action, Decider, Decision, Options
 from koordlet.resourceexecutor import Outcome, Result
+from koordlet.resourceexecutor.resctrl import ResctrlGroups
 from koordlet.statesinformer.framework import PodMeta
 from koordlet.system.resources import TASKS
 

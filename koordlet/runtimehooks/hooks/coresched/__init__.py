@@ -34,7 +34,7 @@ from koordlet.apis.extension import QoSClass
 from koordlet.config import gates
 from koordlet.errors import GONE_ERRNOS, KoordletError
 from koordlet.isolation.coresched import rules
-from koordlet.isolation.coresched.cookies import CookieBook, Tally
+from koordlet.isolation.coresched.cookies import CookieBook, Cookies, Tally
 from koordlet.plugins import Plugin
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook, HookContext, HookRequest, Stage
@@ -98,7 +98,7 @@ def read_pids(layout: CgroupLayout, rel_dir: str) -> list[int]:
 class CoreSchedHook:
     """The hook's state: the cookie book (one per hook; see the module docstring for sharing it)."""
 
-    def __init__(self, deps: HookDeps, book: CookieBook | None = None) -> None:
+    def __init__(self, deps: HookDeps, book: Cookies | None = None) -> None:
         self.deps = deps
         if book is None and deps.coresched is not None:
             book = CookieBook(deps.coresched)

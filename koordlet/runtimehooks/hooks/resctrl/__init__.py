@@ -41,7 +41,7 @@ from koordlet.isolation.resctrl.schemata import PlanError
 from koordlet.isolation.slo import qos_strategy
 from koordlet.plugins import Plugin
 from koordlet.resourceexecutor import Outcome
-from koordlet.resourceexecutor.resctrl import ResctrlExecutor
+from koordlet.resourceexecutor.resctrl import ResctrlGroups
 from koordlet.runtimehooks.deps import HookDeps
 from koordlet.runtimehooks.framework import Hook, HookContext, Stage
 
@@ -70,7 +70,7 @@ def _cpuinfo(deps: HookDeps) -> str:
     return deps.layout.paths.proc("cpuinfo") if deps.layout is not None else DEFAULT_CPUINFO
 
 
-def _ensure_pod_group(deps: HookDeps, executor: ResctrlExecutor, pod: Pod, text: str) -> str:
+def _ensure_pod_group(deps: HookDeps, executor: ResctrlGroups, pod: Pod, text: str) -> str:
     """Creates (or updates) the pod's group with the annotation's schemata; returns the group."""
     where = f"pod {pod.key}: annotation {annotation.ANNOTATION_RESCTRL}"
     try:
@@ -92,7 +92,7 @@ def _ensure_pod_group(deps: HookDeps, executor: ResctrlExecutor, pod: Pod, text:
     return group
 
 
-def _room(deps: HookDeps, executor: ResctrlExecutor, pod: Pod) -> bool:
+def _room(deps: HookDeps, executor: ResctrlGroups, pod: Pod) -> bool:
     """Whether the pod's group exists or may be made: a new one never takes the CLOSIDs kept for the class
     groups not made yet and the reserve (:func:`koordlet.apis.tenantpolicy.pod_group_room`).  A refusal is
     recorded with the tenant policy (logged once, shown by ``koordctl pods``); the pod stays in its class
@@ -109,7 +109,7 @@ def _room(deps: HookDeps, executor: ResctrlExecutor, pod: Pod) -> bool:
     return False
 
 
-def _existing(executor: ResctrlExecutor) -> set[str]:
+def _existing(executor: ResctrlGroups) -> set[str]:
     try:
         return set(executor.groups())
     except (KoordletError, OSError):
@@ -143,7 +143,7 @@ def run(deps: HookDeps, ctx: HookContext) -> None:
         # Gate or annotation may have changed since the pod started: remove the group whenever it exists.
         group = pod_group(pod.uid)
         result = executor.remove_group(group, f"{NAME}: pod {pod.key} removed")
-        if result.outcome not in (Outcome.WRITTEN, Outcome.GONE):
+        if result.outcome not in (Outcome.WRITTEN, Outcome.INTENDED, Outcome.GONE):
             raise KoordletError(f"pod {pod.key}: remove resctrl group {group}: {result.outcome.value} "
                                 f"({result.error})")
 

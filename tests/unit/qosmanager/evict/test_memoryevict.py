@@ -22,7 +22,7 @@ import pytest
 
 from koordlet.apis.nodeslo import NodeSLOSpec, merge_over_defaults
 from koordlet.config.types import QoSManagerConfig
-from koordlet.qosmanager import evictpick
+from koordlet.qosmanager import evictpick, helpers
 from koordlet.qosmanager.framework import Decision, Options
 from koordlet.qosmanager.plugins import memoryevict
 from koordlet.qosmanager.plugins.memoryevict import calc
@@ -623,3 +623,20 @@ def test_a_woken_round_still_cools_down(fake_cgroup_host: FakeHost, tmp_path: Pa
     decision = world.strategy.run_woken(slo())
     assert decision.action == "none" and decision.summary.startswith("cooling down"), decision.summary
     assert world.evicted() == ["default/be-a"]
+
+
+def test_fresh_usage_reads_the_files_now_and_follows_the_pods(fake_cgroup_host: FakeHost, tmp_path: Path) -> None:
+    world = kubepods_world(fake_cgroup_host, tmp_path, str(GIB))
+    fake_cgroup_host.write_proc("meminfo", "MemTotal:       4194304 kB\nMemAvailable:   1048576 kB\n")
+    fresh = helpers.FreshMemory(world.options)
+    pods = list(world.informer.pod_list)
+    write_anon(world, (100 * MIB, 500 * MIB, 200 * MIB))
+    first = fresh.usage(pods)
+    assert first.node == 3 * GIB
+    assert first.pods == {"uid-ls": 100 * MIB, "uid-be-a": 500 * MIB, "uid-be-b": 200 * MIB}
+    write_anon(world, (100 * MIB, 600 * MIB, 200 * MIB))
+    fake_cgroup_host.remove_cgroup_file(pods[2].cgroup_dir, "memory.stat")
+    again = fresh.usage(pods)
+    assert again.pods == {"uid-ls": 100 * MIB, "uid-be-a": 600 * MIB}  # the gone cgroup is absent, no error
+    fresh.usage(pods[:1])
+    assert len(fresh._files) == 2  # meminfo and the one pod still asked for: the others' files are closed

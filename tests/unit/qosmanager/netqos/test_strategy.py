@@ -426,7 +426,7 @@ def test_in_shadow_mode_plans_are_decided_as_in_active_mode_and_no_backend_is_to
         ("netqos", "intended", "netqos:tc:eth0"), ("netqos", "intended", "netqos:tc:eth0"),
         ("netqos", "intended", "netqos:tc"), ("netqos", "intended", "netqos:terway-qos:eth0"),
         ("netqos", "intended", "netqos:terway-qos")]
-    assert "be egress 0/50000000" in audit.entries[0].new and audit.entries[2].new == "cleared"
+    assert "BE egress 0M/50M" in audit.entries[0].new and audit.entries[2].new == "cleared"
     assert intended.counted == [("netqos", "netqos")] * 5
 
     active = make_rig(fake_host, tmp_path / "active")

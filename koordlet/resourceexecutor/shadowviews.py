@@ -1,32 +1,120 @@
-"""Shadow mode's views of the writers a strategy holds besides the cgroup executor and the evictor (see
-:mod:`koordlet.qosmanager.shadow`): each is the writer itself in an active round, and in a shadow round decides as
-the writer would, records the intention (audit log, counter, the round's decision) and writes nothing."""
+"""Shadow mode's views of the writers a QoS strategy or a runtime hook holds besides the cgroup executor and the
+evictor (see :mod:`koordlet.qosmanager.shadow` and :meth:`koordlet.runtimehooks.deps.HookDeps.for_hook`): each is
+the writer itself in an active round, and in a shadow round decides as the writer would, records the intention
+(audit log, counter, the strategy's decision) and writes nothing.
+
+A view believes what its shadow rounds would have done (the knob values, groups, cookies they would have set), so
+the next shadow rounds decide from there as they would have in active mode.  Its round (:class:`ShadowRound`)
+drops those beliefs when it turns active: the files then hold what is written."""
 
 from __future__ import annotations
 
-import errno
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from koordlet.resourceexecutor import Outcome, Result
 from koordlet.resourceexecutor.netqos import NetQoS, NetQoSPlan, plan_text
 from koordlet.resourceexecutor.resctrl import ResctrlExecutor
-from koordlet.resourceexecutor.sysctl import FEATURE_KEY, FEATURES_RESOURCE, SysctlExecutor, SysctlUpdate
+from koordlet.resourceexecutor.sysctl import (
+    FEATURE_KEY,
+    FEATURES_RESOURCE,
+    SysctlExecutor,
+    SysctlUpdate,
+    read_failure,
+)
+from koordlet.shadowmodes import ShadowModes
 from koordlet.system.sysfiles import SysFile, check_feature_name
 
 
 class ShadowRound(Protocol):
-    """What a view needs of its strategy's writers (:class:`~koordlet.qosmanager.shadow.StrategyWriters`)."""
+    """What a view needs of its strategy's writers (:class:`~koordlet.qosmanager.shadow.StrategyWriters`) or of its
+    runtime hook (:class:`HookShadow`)."""
 
-    strategy: str
-    shadow: bool
-    """Whether the round running is a shadow one."""
+    @property
+    def strategy(self) -> str:
+        """Who intends: the strategy, or ``runtimehooks/<hook>``."""
+
+    @property
+    def shadow(self) -> bool:
+        """Whether the round (or hook call) running is a shadow one."""
 
     def note(self, sentences: Iterable[str]) -> None:
         """Adds "would set ..." sentences to the round's decision."""
 
     def record_intended(self, path: str, kind: str, old: str | None, new: str, owner: str) -> None:
         """Audits and counts one intention."""
+
+
+class Resettable(Protocol):
+    def reset(self) -> None:
+        """Drops what the view believes its shadow rounds did."""
+
+
+class IntentRecorder(Protocol):
+    """Audits and counts an intention (:meth:`~koordlet.resourceexecutor.executor.ResourceExecutor.record_intended`)."""
+
+    def record_intended(self, path: str, kind: str, old: str | None, new: str, owner: str, strategy: str) -> None:
+        ...
+
+
+class NoIntents:
+    """An :class:`IntentRecorder` keeping nothing (hooks built without an executor: unit tests)."""
+
+    def record_intended(self, path: str, kind: str, old: str | None, new: str, owner: str, strategy: str) -> None:
+        return None
+
+
+_V = TypeVar("_V", bound=Resettable)
+
+
+def intend(writers: ShadowRound, path: str, kind: str, old: str | None, new: str, owner: str) -> None:
+    """One intention of a view: audited, counted and said in the round's decision."""
+    writers.record_intended(path, kind, old, new, owner)
+    writers.note([f"would set {path} to {new!r} because {owner}"])
+
+
+class HookShadow:
+    """A runtime hook's :class:`ShadowRound`: its mode is read from the hooks' shadow modes at every call, so a switch
+    (``koordctl shadow``) takes effect at the next request; its intentions are audited and counted as
+    ``runtimehooks/<hook>``.  A hook call has no decision to list them in: what its answer would have set is in
+    the call's record (``/v1/hooks``), and what it would have done through these views is in the audit log.
+
+    A hook has no rounds: the first call after a switch to active mode drops what the views believed."""
+
+    def __init__(self, hook: str, modes: ShadowModes, recorder: IntentRecorder) -> None:
+        self.hook = hook
+        self._modes = modes
+        self._recorder = recorder
+        self._views: list[Resettable] = []
+        self._lock = threading.Lock()
+        self._was_shadow = False
+
+    @property
+    def strategy(self) -> str:
+        return f"runtimehooks/{self.hook}"
+
+    @property
+    def shadow(self) -> bool:
+        shadow = self._modes.shadow(self.hook)
+        if shadow != self._was_shadow:
+            with self._lock:
+                if self._was_shadow and not shadow:
+                    for view in self._views:
+                        view.reset()
+                self._was_shadow = shadow
+        return shadow
+
+    def own(self, view: _V) -> _V:
+        """Registers ``view`` to be reset when the hook turns active; returns it."""
+        self._views.append(view)
+        return view
+
+    def note(self, sentences: Iterable[str]) -> None:
+        return None
+
+    def record_intended(self, path: str, kind: str, old: str | None, new: str, owner: str) -> None:
+        self._recorder.record_intended(path, kind, old, new, owner, self.strategy)
 
 
 class ShadowNetQoS:
@@ -55,9 +143,8 @@ class ShadowNetQoS:
         return self._backend.describe()
 
     def _intend(self, path: str, text: str) -> None:
-        owner = f"{self._writers.strategy}: NodeSLO networkQOS through {self._policy}"
-        self._writers.record_intended(path, "netqos", None, text, owner)
-        self._writers.note([f"would set {path} to {text!r} because {owner}"])
+        intend(self._writers, path, "netqos", None, text,
+               f"{self._writers.strategy}: NodeSLO networkQOS through {self._policy}")
 
 
 class ShadowSysctl:
@@ -129,7 +216,7 @@ class ShadowSysctl:
         except ValueError as exc:
             return Result(None, Outcome.INVALID, path=path, error=str(exc))
         except OSError as exc:
-            return _read_failed(path, FEATURES_RESOURCE, exc)
+            return read_failure(path, FEATURES_RESOURCE, exc)
         if name not in current:
             return Result(None, Outcome.INVALID, path=path,
                           error=f"{path}: this kernel has no scheduler feature {name}")
@@ -162,7 +249,7 @@ class ShadowSysctl:
             try:
                 believed = read()
             except OSError as exc:
-                return _read_failed(path, resource, exc)
+                return read_failure(path, resource, exc)
         if believed == text:
             return Result(None, Outcome.SKIPPED_UNCHANGED, path=path, text=text)
         if resource != FEATURES_RESOURCE:
@@ -173,22 +260,18 @@ class ShadowSysctl:
         return Result(None, Outcome.INTENDED, path=path, text=text)
 
 
-def _read_failed(path: str, resource: str, exc: OSError) -> Result:
-    if exc.errno in (errno.ENOENT, errno.ENODEV):
-        return Result(None, Outcome.UNSUPPORTED, path=path, error=f"{path}: this kernel has no {resource}")
-    return Result(None, Outcome.FAILED, path=path, error=f"{path}: {exc.strerror or exc}")
-
-
 class ShadowResctrl:
-    """The resctrl executor as one strategy sees it: itself in active rounds; in shadow rounds it keeps the groups
-    the strategy would have made and removed, their schemata and their tasks, answers as the executor would have
-    (a schemata text is written the first time and again once the force-update window passed, a task not listed
-    yet is moved), records each intention and touches nothing under the resctrl mount."""
+    """The resctrl executor as one strategy or hook sees it: itself in active rounds; in shadow rounds it keeps the
+    groups it would have made and removed, their schemata and their tasks, answers as the executor would have (a
+    schemata text is written the first time and again once the force-update window passed, a task not listed yet
+    is moved), records each intention and touches nothing under the resctrl mount.  Thread-safe: a hook's view
+    serves the NRI and hook-server threads."""
 
     def __init__(self, writers: ShadowRound, executor: ResctrlExecutor) -> None:
         self._writers = writers
         self._executor = executor
         self.root = executor.root
+        self._lock = threading.RLock()
         self._made: set[str] = set()
         self._removed: set[str] = set()
         self._schemata: dict[str, tuple[str, float]] = {}
@@ -197,10 +280,11 @@ class ShadowResctrl:
         """Group -> tasks that would have been moved there."""
 
     def reset(self) -> None:
-        self._made.clear()
-        self._removed.clear()
-        self._schemata.clear()
-        self._tasks.clear()
+        with self._lock:
+            self._made.clear()
+            self._removed.clear()
+            self._schemata.clear()
+            self._tasks.clear()
 
     def unsupported_reason(self) -> str | None:
         return self._executor.unsupported_reason()
@@ -208,16 +292,18 @@ class ShadowResctrl:
     def forget(self, group: str | None = None) -> None:
         self._executor.forget(group)
         if self._writers.shadow:
-            if group is None:
-                self._schemata.clear()
-            else:
-                self._schemata.pop(group, None)
+            with self._lock:
+                if group is None:
+                    self._schemata.clear()
+                else:
+                    self._schemata.pop(group, None)
 
     def groups(self) -> list[str]:
         real = self._executor.groups()
         if not self._writers.shadow:
             return real
-        return sorted((set(real) - self._removed) | self._made)
+        with self._lock:
+            return sorted((set(real) - self._removed) | self._made)
 
     def apply_schemata(self, group: str, lines: Sequence[str], owner: str) -> Result:
         if not self._writers.shadow:
@@ -226,48 +312,48 @@ class ShadowResctrl:
         if isinstance(planned, Result):
             return planned
         path, text = planned
-        now = self._executor.clock()
-        held = self._schemata.get(group)
-        if held is not None and held[0] == text and now - held[1] < self._executor.force_update_seconds:
-            return Result(None, Outcome.SKIPPED_UNCHANGED, path, text, group=group)
-        if group and group not in self.groups():
-            self._made.add(group)
-            self._removed.discard(group)
-        old = held[0] if held is not None else self._executor.current_schemata(group)
-        self._schemata[group] = (text, now)
-        self._intend(path, "resctrl_schemata", old, text, owner)
+        with self._lock:
+            now = self._executor.clock()
+            held = self._schemata.get(group)
+            if held is not None and held[0] == text and now - held[1] < self._executor.force_update_seconds:
+                return Result(None, Outcome.SKIPPED_UNCHANGED, path, text, group=group)
+            if group and group not in self.groups():
+                self._made.add(group)
+                self._removed.discard(group)
+            old = held[0] if held is not None else self._executor.current_schemata(group)
+            self._schemata[group] = (text, now)
+        intend(self._writers, path, "resctrl_schemata", old, text, owner)
         return Result(None, Outcome.INTENDED, path, text, group=group)
 
     def assign_tasks(self, group: str, pids: Iterable[int], owner: str) -> Result:
         if not self._writers.shadow:
             return self._executor.assign_tasks(group, pids, owner)
         wanted = list(dict.fromkeys(pids))
-        listed = self._tasks.get(group, set()) | (self._executor.listed_tasks(group) if group not in self._made
-                                                   else set())
-        moving = [p for p in wanted if p not in listed]
-        already = tuple(p for p in wanted if p in listed)
-        if not moving:
-            return Result(None, Outcome.SKIPPED_UNCHANGED, group=group, already=already)
-        for other in self._tasks.values():
-            other.difference_update(moving)  # a task is in one group at a time
-        self._tasks.setdefault(group, set()).update(moving)
+        with self._lock:
+            listed = self._tasks.get(group, set()) | (self._executor.listed_tasks(group) if group not in self._made
+                                                       else set())
+            moving = [p for p in wanted if p not in listed]
+            already = tuple(p for p in wanted if p in listed)
+            if not moving:
+                return Result(None, Outcome.SKIPPED_UNCHANGED, group=group, already=already)
+            for other in self._tasks.values():
+                other.difference_update(moving)  # a task is in one group at a time
+            self._tasks.setdefault(group, set()).update(moving)
         path = self._executor.tasks_path(group)
-        self._intend(path, "resctrl_tasks", None, " ".join(map(str, moving)), owner)
+        intend(self._writers, path, "resctrl_tasks", None, " ".join(map(str, moving)), owner)
         return Result(None, Outcome.INTENDED, path, group=group, applied=tuple(moving), already=already)
 
     def remove_group(self, group: str, owner: str) -> Result:
         if not self._writers.shadow:
             return self._executor.remove_group(group, owner)
         directory = f"{self.root}/{group}"
-        if group not in self.groups():
-            return Result(None, Outcome.GONE, directory, group=group)
-        self._made.discard(group)
-        self._removed.add(group)
-        self._schemata.pop(group, None)
-        self._tasks.pop(group, None)
-        self._intend(directory, "resctrl_group", "exists", "rmdir", owner)
+        with self._lock:
+            if group not in self.groups():
+                return Result(None, Outcome.GONE, directory, group=group)
+            self._made.discard(group)
+            self._removed.add(group)
+            self._schemata.pop(group, None)
+            self._tasks.pop(group, None)
+        intend(self._writers, directory, "resctrl_group", "exists", "rmdir", owner)
         return Result(None, Outcome.INTENDED, directory, group=group)
 
-    def _intend(self, path: str, kind: str, old: str | None, new: str, owner: str) -> None:
-        self._writers.record_intended(path, kind, old, new, owner)
-        self._writers.note([f"would set {path} to {new!r} because {owner}"])
