@@ -186,23 +186,7 @@ class CoreSchedExecutor:
         return _in_new_thread(run)
 
     def _share_each(self, targets: list[int], scope: CoreSchedScope, owner: str, cookie: int | None) -> Result:
-        applied: list[int] = []
-        gone: list[int] = []
-        failed: list[tuple[int, str]] = []
-        for pid in targets:
-            result = self._checked("share_to", pid, scope, owner)
-            if result.ok:
-                applied.append(pid)
-            elif result.outcome is Outcome.GONE:
-                gone.append(pid)
-            elif result.outcome is Outcome.UNSUPPORTED:
-                return Result(None, result.outcome, error=result.error, cookie=cookie, applied=tuple(applied),
-                              gone=tuple(gone), failed=tuple(failed))
-            else:
-                failed.append((pid, result.error or result.outcome.value))
-        error = "; ".join(m for _, m in failed) or None
-        return Result(None, Outcome.DONE, error=error, cookie=cookie, applied=tuple(applied), gone=tuple(gone),
-                      failed=tuple(failed))
+        return each_task(targets, lambda pid: self._checked("share_to", pid, scope, owner), cookie)
 
     def _checked(self, op: str, pid: int, scope: CoreSchedScope, owner: str, *, audit: bool = True) -> Result:
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
@@ -287,6 +271,28 @@ class Unavailable(KoordletError, OSError):
 
     def __init__(self, message: str) -> None:
         super().__init__(errno.ENOSYS, message)
+
+
+def each_task(targets: Iterable[int], call: Callable[[int], Result], cookie: int | None) -> Result:
+    """``call`` for each task, as a share_to loop goes: a task gone or failing is listed and the rest go on; an
+    unsupported kernel ends the loop.  ``cookie``: what the tasks applied now carry, when known."""
+    applied: list[int] = []
+    gone: list[int] = []
+    failed: list[tuple[int, str]] = []
+    for pid in targets:
+        result = call(pid)
+        if result.ok:
+            applied.append(pid)
+        elif result.outcome is Outcome.GONE:
+            gone.append(pid)
+        elif result.outcome is Outcome.UNSUPPORTED:
+            return Result(None, result.outcome, error=result.error, cookie=cookie, applied=tuple(applied),
+                          gone=tuple(gone), failed=tuple(failed))
+        else:
+            failed.append((pid, result.error or result.outcome.value))
+    error = "; ".join(m for _, m in failed) or None
+    return Result(None, Outcome.DONE, error=error, cookie=cookie, applied=tuple(applied), gone=tuple(gone),
+                  failed=tuple(failed))
 
 
 def _call_result(op: str, pid: int, scope: CoreSchedScope, outcome: Outcome, *, cookie: int | None = None,

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from koordlet.isolation.coresched.cookies import ContainerEntry, ContainerKey, CookieBook, CookieCalls, Tally
-from koordlet.resourceexecutor.coresched import AUDIT_RESOURCE, DEFAULT_COOKIE
+from koordlet.resourceexecutor.coresched import AUDIT_RESOURCE, DEFAULT_COOKIE, each_task
 from koordlet.resourceexecutor.shadowviews import ShadowRound, intend
 from koordlet.resourceexecutor.update import Outcome, Result
 
@@ -102,27 +102,11 @@ class ShadowCoreSched:
         return Result(None, Outcome.DONE, real.path, real.text, cookie=cookie)
 
     def _share(self, targets: Sequence[int], cookie: int) -> Result:
-        """Each target would get ``cookie``: as the executor's share_to loop, a task gone or failing is listed and
-        the rest go on; an unsupported kernel ends the call."""
-        applied: list[int] = []
-        gone: list[int] = []
-        failed: list[tuple[int, str]] = []
-        for pid in targets:
-            found = self._executor.get(pid)
-            if found.ok:
-                applied.append(pid)
-            elif found.outcome is Outcome.GONE:
-                gone.append(pid)
-            elif found.outcome is Outcome.UNSUPPORTED:
-                return Result(None, found.outcome, error=found.error, cookie=cookie, applied=tuple(applied),
-                              gone=tuple(gone), failed=tuple(failed))
-            else:
-                failed.append((pid, found.error or found.outcome.value))
+        """Each target would get ``cookie``; a task's real cookie is read to find it gone, as share_to would."""
+        result = each_task(targets, self._executor.get, cookie)
         with self._lock:
-            self._would.update(dict.fromkeys(applied, cookie))
-        error = "; ".join(m for _, m in failed) or None
-        return Result(None, Outcome.DONE, error=error, cookie=cookie, applied=tuple(applied), gone=tuple(gone),
-                      failed=tuple(failed))
+            self._would.update(dict.fromkeys(result.applied, cookie))
+        return result
 
     def _intend(self, pids: Sequence[int], what: str, old: int | None, owner: str) -> None:
         if pids:
