@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from koordlet import native
 from koordlet.apis.extension import QoSClass
+from koordlet.errors import KoordletError
 from koordlet.metriccache import names
 from koordlet.metriccache.cache import pod_labels
 from koordlet.metricsadvisor import cgroupfiles
@@ -125,9 +126,12 @@ class FreshMemory:
         wanted = {spec.path for spec in paths.values()}
         for path in [p for p in self._slots if p not in wanted]:
             self._files.remove(self._slots.pop(path))
-        for spec in paths.values():
+        for uid, spec in list(paths.items()):
             if spec.path not in self._slots:
-                self._slots[spec.path] = self._files.add(spec.path, spec.kind, spec.keys)
+                try:
+                    self._slots[spec.path] = self._files.add(spec.path, spec.kind, spec.keys)
+                except (OSError, KoordletError):  # a path the core refuses: that pod is absent, as if unreadable
+                    del paths[uid]
         batch = self._files.read()
         total, available = batch.key_value(self._meminfo, 0), batch.key_value(self._meminfo, 1)
         node = float(max(total - available, 0)) if total is not None and available is not None else None
@@ -196,6 +200,11 @@ def write_outcomes(results: Iterable[Result]) -> dict[str, int]:
             "unchanged": counted[Outcome.SKIPPED_UNCHANGED], "gone": counted[Outcome.GONE],
             "refused": counted[Outcome.UNSUPPORTED], "invalid": counted[Outcome.INVALID],
             "failed": counted[Outcome.FAILED]}
+
+
+def writes_made(counts: Mapping[str, int]) -> int:
+    """Writes made, or in shadow mode decided and not made: a round reads and decides the same in either mode."""
+    return counts["writes"] + counts["intended"]
 
 
 def write_problems(results: Iterable[Result]) -> list[str]:

@@ -132,7 +132,8 @@ class QoSManager:
 
     def _take_wake(self, slot: _Slot, now: float) -> str:
         """The wake a round may serve now ("" for none, or while its debounce lasts)."""
-        if not slot.wake_cause:  # most rounds: no wake, and no lock taken (a wake set meanwhile waits a round)
+        # Most rounds: no wake, and no lock taken; a wake set meanwhile also sets the event, so the next pass serves it.
+        if not slot.wake_cause:
             return ""
         with self._wake_lock:
             cause = slot.wake_cause

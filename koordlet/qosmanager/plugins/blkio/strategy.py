@@ -343,7 +343,7 @@ class BlkIOReconcile:
             return self._decide(Action.NONE, "blkio QoS off: no limit of ours left to remove", numbers, at=now)
         summary = (f"blkio QoS off: removed the limits of {_disks(len(be_removed))} in {be_dir}"
                    f"{f', iocost off on {_disks(len(root_removed))}' if root_removed else ''}: "
-                   f"{counts['writes']} writes{helpers.write_tail(counts)}")
+                   f"{helpers.writes_made(counts)} writes{helpers.write_tail(counts)}")
         return self._decide(Action.RECOVER, summary, numbers, at=now)
 
     # ------------------------------------------------------------------------------------------ decisions
@@ -374,12 +374,12 @@ class BlkIOReconcile:
             parts.append(f"root iocost off on {', '.join(root_removed)}")
         if pod_report:
             parts.append(f"{len(pod_report)} annotated pods")
-        parts.append(f"{counts['writes']} writes{helpers.write_tail(counts)}")
+        parts.append(f"{helpers.writes_made(counts)} writes{helpers.write_tail(counts)}")
         parts += rnd.notes
         numbers = {"be_dir": be_dir, "be": be, "be_removed": be_removed, "root": root, "root_removed": root_removed,
                    "updates": len(rnd.updates), **counts,
                    "problems": helpers.write_problems(results), "notes": rnd.notes, "pods": pod_report or {}}
-        acted = counts["writes"] or counts["intended"]  # in shadow mode, as active mode decides
+        acted = helpers.writes_made(counts)
         return self._decide(Action.RECONCILE if acted else Action.NONE, "blkio: " + "; ".join(parts), numbers,
                             at=rnd.now)
 

@@ -339,7 +339,7 @@ class CgroupReconcile:
         if not rnd.updates:
             return self._decide(Action.NONE, "memory QoS off: nothing of ours to reset", numbers, at=now)
         summary = (f"memory QoS off: reset {len(rnd.reset_pods)} pods and {len(qos_dirs)} QoS dirs to the kernel "
-                   f"defaults: {counts['writes']} writes, {counts['unchanged']} values already in place"
+                   f"defaults: {helpers.writes_made(counts)} writes, {counts['unchanged']} values already in place"
                    f"{helpers.write_tail(counts)}")
         return self._decide(Action.RECOVER, summary, numbers, at=now)
 
@@ -350,8 +350,8 @@ class CgroupReconcile:
         counts = helpers.write_outcomes(results)
         by_class = ", ".join(f"{c} {n}" for c, n in sorted(rnd.classes.items()))
         pods = sum(rnd.classes.values())
-        summary = (f"memory QoS on {pods} pods{f' ({by_class})' if by_class else ''}: {counts['writes']} writes, "
-                   f"{len(unsupported)} resources unsupported")
+        summary = (f"memory QoS on {pods} pods{f' ({by_class})' if by_class else ''}: "
+                   f"{helpers.writes_made(counts)} writes, {len(unsupported)} resources unsupported")
         if rnd.bad_annotations:
             summary += f"; {len(rnd.bad_annotations)} pods skipped (bad memoryQOS annotation)"
         if rnd.reset_pods:
@@ -363,7 +363,7 @@ class CgroupReconcile:
             "node_allocatable_bytes": allocatable, "page_size": self.page_size, "qos": rnd.qos,
             "pod_values": rnd.pods, "problems": helpers.write_problems(results),
         }
-        acted = counts["writes"] or counts["intended"]  # in shadow mode, as active mode decides
+        acted = helpers.writes_made(counts)
         return self._decide(Action.RECONCILE if acted else Action.NONE, summary, numbers, at=rnd.now)
 
 

@@ -259,7 +259,7 @@ class CoreSched:
         if not containers and not reset:
             return self._decide(Action.NONE, "coresched off: no cookie or cpu.idle of ours left", numbers, at=now)
         summary = (f"coresched off: {tally.cleared} tasks of {containers} containers back to cookie 0, "
-                   f"cpu.idle=0 on {len(reset)} dirs ({_writes(counts)} writes{_tail(counts)})")
+                   f"cpu.idle=0 on {len(reset)} dirs ({helpers.writes_made(counts)} writes{_tail(counts)})")
         return self._decide(Action.RECOVER, summary, numbers, at=now)
 
     # ------------------------------------------------------------------------------------------ decisions
@@ -277,7 +277,7 @@ class CoreSched:
             "containers_enabled": rnd.enabled_containers, "containers_disabled": rnd.disabled_containers,
             "idle_dirs": sorted(wanted), **counts, "problems": problems,
         }
-        idle = f"cpu.idle=1 on {len(wanted)} dirs ({_writes(counts)} writes{_tail(counts)})"
+        idle = f"cpu.idle=1 on {len(wanted)} dirs ({helpers.writes_made(counts)} writes{_tail(counts)})"
         if reason is not None:
             summary = f"core scheduling unsupported ({reason}); {idle}"
             if newly_unsupported:
@@ -287,13 +287,8 @@ class CoreSched:
                        f"assigned, {tally.cleared} cleared; {idle}")
         if problems:
             summary += f"; {len(problems)} problems: {problems[0]}"
-        acted = tally.assigned or tally.cleared or _writes(counts) or tally.created
+        acted = tally.assigned or tally.cleared or helpers.writes_made(counts) or tally.created
         return self._decide(Action.RECONCILE if acted else Action.NONE, summary, numbers, at=rnd.now)
-
-
-def _writes(counts: dict[str, int]) -> int:
-    """Writes made, or in shadow mode decided and not made: the round reads the same in either mode."""
-    return counts["writes"] + counts["intended"]
 
 
 def _tail(counts: dict[str, int]) -> str:
