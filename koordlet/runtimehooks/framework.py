@@ -338,7 +338,8 @@ class HookRunner:
         """``tenant``: reviews each request's pod before any hook sees it (the tenant policy,
         :class:`koordlet.runtimehooks.tenant.TenantGate`); None: pods are taken as they come.
 
-        ``shadow``: the hooks in shadow mode.  Such a hook runs as in active mode, and what it sets goes to
+        ``shadow``: the hooks in shadow mode, the object their deps hold (``HookDeps.shadow``, which their other
+        writers follow).  Such a hook runs as in active mode, and what it sets goes to
         :attr:`StageResult.intended` instead of the adjustment: recorded (the call's ``intended``) and counted
         in ``shadow_sink`` for every call of a transport (not the reconciler's rounds, which repeat it), and
         neither answered to the runtime nor written.  What it would do through its other writers (resctrl groups,

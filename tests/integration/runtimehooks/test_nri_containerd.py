@@ -145,8 +145,8 @@ def test_in_shadow_mode_the_container_gets_the_runtimes_values_and_the_call_says
     """Every hook in shadow mode: the same BE pod as above starts with what containerd alone gives a BestEffort
     container (no batch resources), and the recorded CreateContainer call holds what the hooks would have set."""
     recorder = HookCallRecorder(size=32)
-    runner = HookRunner(build_hooks(HookDeps(gates=gates.resolve({}))), recorder=recorder,
-                        shadow=ShadowModes(default=True, kind="hook"))
+    deps = HookDeps(gates=gates.resolve({}), shadow=ShadowModes(default=True, kind="hook"))
+    runner = HookRunner(build_hooks(deps), recorder=recorder, shadow=deps.shadow)
     applied = Recorded()
     with serving(NriPlugin(runner, Applier(applied), str(containerd17.nri_socket))) as nri:
         client = containerd17.client()

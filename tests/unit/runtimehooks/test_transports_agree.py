@@ -221,8 +221,8 @@ def sockets() -> Iterator[Path]:
 
 
 def runner(policy: FailurePolicy, shadow: bool = False) -> HookRunner:
-    deps = HookDeps(gates=GATES, shared_pools=lambda: SHARED_POOLS)
-    return HookRunner(build_hooks(deps), policy=policy, shadow=ShadowModes(shadow, kind="hook"))
+    deps = HookDeps(gates=GATES, shared_pools=lambda: SHARED_POOLS, shadow=ShadowModes(shadow, kind="hook"))
+    return HookRunner(build_hooks(deps), policy=policy, shadow=deps.shadow)
 
 
 def ask_hookserver(directory: Path, policy: FailurePolicy, requests: list[Any], writes: NoWrites,
