@@ -635,8 +635,8 @@ def test_fresh_usage_reads_the_files_now_and_follows_the_pods(fake_cgroup_host: 
     assert first.node == 3 * GIB
     assert first.pods == {"uid-ls": 100 * MIB, "uid-be-a": 500 * MIB, "uid-be-b": 200 * MIB}
     write_anon(world, (100 * MIB, 600 * MIB, 200 * MIB))
-    fake_cgroup_host.remove_cgroup_file(pods[2].cgroup_dir, "memory.stat")
-    again = fresh.usage(pods)
-    assert again.pods == {"uid-ls": 100 * MIB, "uid-be-a": 600 * MIB}  # the gone cgroup is absent, no error
+    ghost = make_pod("ghost", "BE")  # listed, and its cgroup not made (or gone already)
+    again = fresh.usage([*pods, ghost])
+    assert again.pods == {"uid-ls": 100 * MIB, "uid-be-a": 600 * MIB, "uid-be-b": 200 * MIB}  # ghost: absent
     fresh.usage(pods[:1])
     assert len(fresh._files) == 2  # meminfo and the one pod still asked for: the others' files are closed
