@@ -17,9 +17,8 @@ import datetime
 import logging
 import os
 import ssl
-import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,18 +34,27 @@ def server_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
     """A TLS 1.2+ server context for the PEM pair (ConfigError when they do not load)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    # load_cert_chain reads files only: the pair goes through a private directory that is removed at once.
-    with tempfile.TemporaryDirectory(prefix="koord-webhook-") as directory:
-        cert_path, key_path = os.path.join(directory, "tls.crt"), os.path.join(directory, "tls.key")
-        for path, data in ((cert_path, cert_pem), (key_path, key_pem)):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+    # load_cert_chain reads files only. The pair goes through anonymous memory files: the shipped Deployment runs
+    # with readOnlyRootFilesystem (no writable /tmp), and the key never touches a filesystem.
+    with _memory_file("tls.crt", cert_pem) as cert_path, _memory_file("tls.key", key_pem) as key_path:
         try:
             context.load_cert_chain(cert_path, key_path)
         except ssl.SSLError as exc:
             raise ConfigError(f"webhook certificate and key do not load: {exc}") from None
     return context
+
+
+@contextlib.contextmanager
+def _memory_file(name: str, data: bytes) -> Iterator[str]:
+    """A path to an in-memory file holding ``data`` (memfd), closed on exit."""
+    fd = os.memfd_create(f"koord-webhook-{name}", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------------------------------- certificates

@@ -188,3 +188,21 @@ def test_the_certificate_serves_tls_under_the_service_name(tmp_path: Path) -> No
     handshake(f"koord-companion.{NS}.svc")  # what koordlets dial (manifests/koordlet/daemonset.yaml)
     with pytest.raises(ssl.SSLCertVerificationError):
         handshake("kubernetes.default.svc")
+
+
+def test_the_webhook_context_loads_its_pair_without_a_writable_filesystem(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shipped Deployment runs with readOnlyRootFilesystem: no temporary file or directory may be made.
+    import tempfile
+
+    from koordlet.companion.colocation.servingcert import server_context
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(30, "Read-only file system")
+
+    for name in ("mkstemp", "mkdtemp", "TemporaryDirectory", "NamedTemporaryFile", "TemporaryFile"):
+        monkeypatch.setattr(tempfile, name, refused)
+    made = issue(NAMES, now())
+    context = server_context(made.cert_pem, made.key_pem)
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    with pytest.raises(Exception, match="do not load"):
+        server_context(made.cert_pem, b"not a key")
