@@ -200,8 +200,10 @@ def test_container_and_node_usage_match_the_kernel(real_cgroups: RealCgroups, tm
 
     for what, collected, kernel, rel in checks:
         assert collected == pytest.approx(kernel, rel=rel, abs=0.05 if what == "cpu node" else None), what
-    if coverage >= 0.95:  # ticks complete: the node ran at least the three containers' work
-        assert collected_node >= kernel_total * 0.95
+    # The node ran at least the three containers' work, less what lost ticks hid: time /proc/stat did not
+    # account for can only have been busy time (idle time is measured, not sampled), so at most all of it.
+    unaccounted_cores = max(0.0, 1.0 - coverage) * (os.cpu_count() or 1)
+    assert collected_node >= kernel_total * 0.95 - unaccounted_cores, (collected_node, kernel_total, coverage)
     assert cache.latest(names.BE_CPU_REQUEST, ()) is not None
     assert cache.latest(names.SYSTEM_CPU_USAGE, ()) is not None
     assert nr_throttled > 0 and throttled_ns > 0, (nr_throttled, throttled_ns)  # throttled_time / throttled_usec
