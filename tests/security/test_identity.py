@@ -124,7 +124,7 @@ def test_a_node_cannot_evict_a_pod_of_another_node_nor_learn_where_it_is(cluster
     assert untouched(cluster)
     # The pod's own node may evict it.
     assert evict(stub, "node-2", "prod", "db", koordlet_token(cluster, "node-2")).result == "evicted"
-    assert cluster.get("pods", "db", "prod") is None
+    assert cluster.deleting("pods", "db", "prod")
 
 
 def test_a_node_cannot_report_metrics_or_watch_for_another_node(cluster: FakeApiServer, companion: Companion,

@@ -27,16 +27,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from koordlet.apis.nodemetric import NodeMetricInfo, NodeMetricStatus, ResourceMap
 from koordlet.companion.app import Companion
 from tests.fixtures.fakeapiserver import FakeApiServer
+from tests.fixtures.rbac import allowed, kubelet_subresources, rendered_manifests
+from tests.fixtures.rbac import rules_of as _rules_of
 from tests.fixtures.waiting import wait_until
 from tests.security.rig import leading_companion
 
 REPO = Path(__file__).resolve().parents[2]
-MANIFESTS = REPO / "manifests"
 SYSTEMD = REPO / "systemd"
 NAMESPACE = "koordinator-system"
 SLO = "slo.koordinator.sh"
@@ -48,13 +48,9 @@ Grant = tuple[str, str, str, str]
 
 @pytest.fixture(scope="module")
 def objects() -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
+    if shutil.which("kubectl") is None:
         pytest.skip("kubectl not found (tests/host-deps.sh installs Debian's kubernetes-client)")
-    result = subprocess.run([kubectl, "kustomize", str(MANIFESTS)], capture_output=True, text=True, timeout=120,
-                            check=False)
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
+    return rendered_manifests()
 
 
 def _of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -67,58 +63,6 @@ def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------- RBAC, evaluated
-
-
-def _rules_of(objects: list[dict[str, Any]], service_account: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(namespace or '', rule) for every rule bound to ``koordinator-system/<service_account>``."""
-    for kind in ("ClusterRoleBinding", "RoleBinding"):
-        for binding in _of_kind(objects, kind):
-            if not any(s["kind"] == "ServiceAccount" and s["name"] == service_account
-                       and s.get("namespace") == NAMESPACE for s in binding["subjects"]):
-                continue
-            ref = binding["roleRef"]
-            namespace = binding["metadata"].get("namespace", "")
-            role = next(o for o in _of_kind(objects, ref["kind"]) if o["metadata"]["name"] == ref["name"]
-                        and o["metadata"].get("namespace", "") == (namespace if ref["kind"] == "Role" else ""))
-            for rule in role["rules"]:
-                yield namespace, rule
-
-
-def allowed(objects: list[dict[str, Any]], service_account: str, verb: str, group: str, resource: str,
-            name: str = "", namespace: str = "") -> bool:
-    """The RBAC authorizer's answer for one request attribute set (rbac/v1 rule matching)."""
-    for scope, rule in _rules_of(objects, service_account):
-        if scope and scope != namespace:
-            continue
-        if not ({verb, "*"} & set(rule["verbs"]) and {group, "*"} & set(rule["apiGroups"])
-                and {resource, "*"} & set(rule["resources"])):
-            continue
-        if rule.get("resourceNames") and name not in rule["resourceNames"]:
-            continue
-        return True
-    return False
-
-
-def kubelet_subresources(path: str, fine_grained: bool = True) -> list[str]:
-    """The ``nodes`` subresources kubelet asks the authorizer about for a GET of ``path``, in order; any one allowed
-    lets the request through (pkg/kubelet/server/auth.go, KubeletFineGrainedAuthz)."""
-    def under(prefix: str) -> bool:
-        return path == prefix or path.startswith(prefix + "/")
-
-    found = []
-    if fine_grained:
-        for prefix, sub in (("/pods", "pods"), ("/healthz", "healthz"), ("/configz", "configz"),
-                            ("/statusz", "statusz"), ("/runningpods", "pods")):
-            if under(prefix):
-                found.append(sub)
-                break
-    for prefix, sub in (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"), ("/checkpoint", "checkpoint")):
-        if under(prefix):
-            found.append(sub)
-            break
-    else:
-        found.append("proxy")
-    return found
 
 
 def kubelet_allows(objects: list[dict[str, Any]], service_account: str, node: str, path: str,

@@ -229,7 +229,7 @@ def test_koordlet_evictions_go_through_the_eviction_api(cluster: Any, companion:
     cluster.block_eviction("prod", "web", blocked=False)
     api.evict("prod", "web", "BECPUEvict", "cpu satisfaction 40% < 60%")
     assert [(e["name"], e["blocked"]) for e in cluster.evictions] == [("web", True), ("web", False)]
-    assert cluster.get("pods", "web", namespace="prod") is None
+    assert cluster.deleting("pods", "web", namespace="prod")
 
 
 def test_a_pod_the_watch_has_not_delivered_is_looked_up(cluster: Any, companion: Companion) -> None:

@@ -180,11 +180,16 @@ def test_noop_update_keeps_version(fake_apiserver: FakeApiServer, raw: Raw) -> N
 
 
 def test_status_subresource_writes_only_status(fake_apiserver: FakeApiServer, raw: Raw) -> None:
-    _, created = raw.request("POST", NODESLOS, nodeslo("n1", {"a": 1}))
-    code, after = raw.request("PUT", f"{NODESLOS}/n1/status", created | {"spec": {"a": 9}, "status": {"ok": True}})
-    assert code == 200 and after["spec"] == {"a": 1} and after["status"] == {"ok": True}
-    code, main = raw.request("PUT", f"{NODESLOS}/n1", after | {"status": {"ok": False}})
-    assert main["status"] == {"ok": True}  # the main endpoint keeps status
+    # NodeMetric: its schema has a status to write (NodeSLO's status declares no field: all of it is pruned).
+    metrics = "/apis/slo.koordinator.sh/v1alpha1/nodemetrics"
+    spec = {"metricCollectPolicy": {"reportIntervalSeconds": 60}}
+    _, created = raw.request("POST", metrics, nodeslo("n1", spec) | {"kind": "NodeMetric"})
+    code, after = raw.request("PUT", f"{metrics}/n1/status", created | {
+        "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 9}},
+        "status": {"updateTime": "2026-01-02T03:04:05Z"}})
+    assert code == 200 and after["spec"] == spec and after["status"] == {"updateTime": "2026-01-02T03:04:05Z"}
+    code, main = raw.request("PUT", f"{metrics}/n1", after | {"status": {"updateTime": "2027-01-02T03:04:05Z"}})
+    assert main["status"] == {"updateTime": "2026-01-02T03:04:05Z"}  # the main endpoint keeps status
 
 
 def test_merge_patch_semantics(fake_apiserver: FakeApiServer, raw: Raw) -> None:
@@ -234,7 +239,8 @@ def test_eviction_deletes_or_answers_429(fake_apiserver: FakeApiServer, raw: Raw
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "ns"}}
     code, _ = raw.request("POST", "/api/v1/namespaces/ns/pods/p/eviction", eviction)
     assert code == 201 and fake_apiserver.get("pods", "p", "ns") is None
-    code, body = raw.request("POST", "/api/v1/namespaces/ns/pods/q/eviction", eviction)
+    code, body = raw.request("POST", "/api/v1/namespaces/ns/pods/q/eviction",
+                             eviction | {"metadata": {"name": "q", "namespace": "ns"}})
     assert code == 429 and body["details"]["causes"][0]["reason"] == "DisruptionBudget"
     assert fake_apiserver.get("pods", "q", "ns") is not None
     code, _ = raw.request("POST", "/api/v1/namespaces/ns/pods/p/eviction", eviction)
@@ -259,20 +265,22 @@ def test_eviction_honours_the_pod_disruption_budget(fake_apiserver: FakeApiServe
     fake_apiserver.seed(_pdb("keep-one", {"matchLabels": {"app": "batch"}}, minAvailable=1))
     evicted: list[tuple[str, str]] = []
     fake_apiserver.on_eviction(lambda ns, name: evicted.append((ns, name)))
-    eviction = {"apiVersion": "policy/v1", "kind": "Eviction"}
+    def eviction(name: str) -> dict[str, Any]:
+        return {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
+
     # Two healthy of which one must stay: one disruption allowed, then none.
-    code, _ = raw.request("POST", "/api/v1/namespaces/ns/pods/a/eviction", eviction)
+    code, _ = raw.request("POST", "/api/v1/namespaces/ns/pods/a/eviction", eviction("a"))
     assert code == 201
     budget = fake_apiserver.get("poddisruptionbudgets", "keep-one", "ns")
     assert budget["status"]["disruptionsAllowed"] == 0 and "a" in budget["status"]["disruptedPods"]
-    code, body = raw.request("POST", "/api/v1/namespaces/ns/pods/b/eviction", eviction)
+    code, body = raw.request("POST", "/api/v1/namespaces/ns/pods/b/eviction", eviction("b"))
     assert code == 429
     assert body["details"]["causes"][0]["message"] == ("The disruption budget keep-one needs 1 healthy pods and "
                                                        "has 1 currently")
     assert fake_apiserver.get("pods", "b", "ns") is not None
     # Not covered, and not yet running: no budget applies.
-    assert raw.request("POST", "/api/v1/namespaces/ns/pods/c/eviction", eviction)[0] == 201
-    assert raw.request("POST", "/api/v1/namespaces/ns/pods/pending/eviction", eviction)[0] == 201
+    assert raw.request("POST", "/api/v1/namespaces/ns/pods/c/eviction", eviction("c"))[0] == 201
+    assert raw.request("POST", "/api/v1/namespaces/ns/pods/pending/eviction", eviction("pending"))[0] == 201
     assert evicted == [("ns", "a"), ("ns", "c"), ("ns", "pending")]
     assert [(e["name"], e["blocked"], e["budget"]) for e in fake_apiserver.evictions] == [
         ("a", False, "keep-one"), ("b", True, "keep-one"), ("c", False, None), ("pending", False, None)]
@@ -283,7 +291,8 @@ def test_a_pod_under_two_budgets_cannot_be_evicted(fake_apiserver: FakeApiServer
     fake_apiserver.seed(_pdb("one", {"matchLabels": {"app": "batch"}}, maxUnavailable=1))
     fake_apiserver.seed(_pdb("two", {"matchExpressions": [{"key": "tier", "operator": "Exists"}]},
                              maxUnavailable="100%"))
-    code, body = raw.request("POST", "/api/v1/namespaces/ns/pods/a/eviction", {"kind": "Eviction"})
+    code, body = raw.request("POST", "/api/v1/namespaces/ns/pods/a/eviction",
+                             {"kind": "Eviction", "metadata": {"name": "a"}})
     assert code == 500 and "more than one PodDisruptionBudget" in body["message"]
 
 

@@ -416,9 +416,10 @@ def test_nodeslo_writer_retries_a_conflict(fake_apiserver: FakeApiServer, api: c
     writer.apply("n1", SLO_SPEC)
     # Another writer changes the object between our read and our write.
     fake_apiserver.fail_next(1, Fault.STATUS, status=409, when=lambda r: r.verb == "update")
-    assert writer.apply("n1", {"x": 1}) is ApplyResult.UPDATED
+    changed = {"resourceUsedThresholdWithBE": {"enable": False}}
+    assert writer.apply("n1", changed) is ApplyResult.UPDATED
     stored = fake_apiserver.get("nodeslos", "n1")
-    assert stored is not None and stored["spec"] == {"x": 1}
+    assert stored is not None and stored["spec"] == changed
     assert fake_apiserver.count("update", "nodeslos") == 2
 
 

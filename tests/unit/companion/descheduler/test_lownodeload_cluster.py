@@ -150,9 +150,9 @@ def test_hot_nodes_are_drained_below_high_onto_cold_nodes(fake_apiserver: FakeAp
         else:
             assert not any(k[1].startswith(name + "-") for k in gone)
     assert_targets_within_high(scenario, plugin, evicted)
-    # The pods are gone from the apiserver (the Eviction API deleted them), the protected ones are all there.
+    # The Eviction API deleted the pods (terminating until their kubelet is done), the protected ones are all there.
     for namespace, name in evicted:
-        assert fake_apiserver.get("pods", name, namespace) is None
+        assert fake_apiserver.deleting("pods", name, namespace)
     for spec in scenario.pods.values():
         if spec.name.endswith(PROTECTED):
             assert fake_apiserver.get("pods", spec.name, spec.namespace) is not None
