@@ -178,7 +178,7 @@ def test_pod_phase(policy: str, states: list[tuple[str, int | None, bool]], phas
     ({"spec": {"containers": [ctr("a")]}}, "metadata.name is required"),
     (manifest("p"), "spec.containers must be a non-empty array"),
     (manifest("p", ctr("a"), ctr("a")), "duplicate names"),
-    (manifest("p", {**ctr("a"), "image": "nginx:1"}), "cannot be pulled here"),
+    (manifest("p", {**ctr("a"), "imagePullPolicy": "Sometimes"}), r"spec.containers\[0\].imagePullPolicy"),
     (manifest("p", ctr("a", {"cpu": "lots"})), r"spec.containers\[0\] \(a\): resources.requests.cpu"),
     (manifest("p", ctr("a", {"cpu": "2"}, {"cpu": "1"})), "exceeds the limit"),
     (manifest("p", ctr("a"), restartPolicy="Sometimes"), "spec.restartPolicy"),
