@@ -56,7 +56,7 @@ def report_host(config: Config) -> tuple[NodeInfo, list[ProbeResult]]:
     from koordlet import native
     from koordlet.daemon.agent import host_paths
     from koordlet.system.node import read_node_info
-    from koordlet.system.probes import probe_all
+    from koordlet.system.probes import REQUIRED_PROBES, probe_all
 
     paths = host_paths(config)
     log.info(
@@ -82,8 +82,9 @@ def report_host(config: Config) -> tuple[NodeInfo, list[ProbeResult]]:
     log.info("node info", extra=node_info_fields(node))
     probes = probe_all(paths, native)
     for probe in probes:
-        log.info(
-            "host capability",
+        required = probe.name in REQUIRED_PROBES and not probe.supported
+        (log.error if required else log.info)(
+            "host requirement not met" if required else "host capability",
             extra={"probe": probe.name, "supported": bool(probe.supported), "reason": probe.reason},
         )
     supported = sum(1 for p in probes if p.supported)

@@ -124,6 +124,18 @@ def _probe_cgroup_driver(ctx: _Context) -> tuple[bool, str]:
     return True, f"{guess.driver.value}: {guess.reason}"
 
 
+def _probe_cgroup_writable(ctx: _Context) -> tuple[bool, str]:
+    layout = _need_layout(ctx)
+    # The hierarchies koordlet writes: the v1 controllers' mounts, or the one v2 tree (hybrid's unified mount only
+    # holds PSI and perf, which koordlet reads).
+    mounts = sorted(set(layout.v1_mounts.values())) if layout.mode is not CgroupMode.V2 else [layout.unified_root or ""]
+    read_only = [m for m in mounts if os.statvfs(m).f_flag & os.ST_RDONLY]
+    if read_only:
+        return False, (f"mounted read-only: {', '.join(read_only)}; no QoS decision or runtime hook can reach the "
+                       "kernel (mount the host's cgroup tree read-write)")
+    return True, f"{len(mounts)} cgroup mount(s) under {ctx.paths.cgroup_root} writable"
+
+
 def _probe_v2_controllers(ctx: _Context) -> tuple[bool, str]:
     layout = _need_layout(ctx)
     if layout.unified_root is None:
@@ -319,6 +331,7 @@ def _probe_file(resource: CgroupFile, ctx: _Context) -> tuple[bool, str]:
 _FEATURE_PROBES: tuple[tuple[str, Callable[[_Context], tuple[bool, str]]], ...] = (
     ("cgroup_mode", _probe_cgroup_mode),
     ("cgroup_driver", _probe_cgroup_driver),
+    ("cgroup_writable", _probe_cgroup_writable),
     ("cgroup_v2_controllers", _probe_v2_controllers),
     ("psi", _probe_psi),
     ("psi_trigger", _probe_psi_trigger),
@@ -331,6 +344,9 @@ _FEATURE_PROBES: tuple[tuple[str, Callable[[_Context], tuple[bool, str]]], ...] 
 
 FILE_PROBES: tuple[CgroupFile, ...] = tuple(f for f in REGISTRY.values() if f.optional)
 """Kernel-dependent cgroup files, probed under their registry key (``cpu_cfs_burst``, ``cpu_idle``...)."""
+
+REQUIRED_PROBES = frozenset({"cgroup_writable"})
+"""Probes whose failure means koordlet cannot do its job on this host: logged as errors, not as capabilities."""
 
 PROBE_NAMES: tuple[str, ...] = tuple(name for name, _ in _FEATURE_PROBES) + tuple(f.key for f in FILE_PROBES)
 """Every probe name, in the order :func:`probe_all` returns them."""

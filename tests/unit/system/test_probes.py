@@ -13,6 +13,7 @@ import secrets
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from koordlet import native
 from koordlet.errors import CgroupGone, NativeError, PermissionDenied, Unsupported
 from koordlet.system import PROBE_NAMES, ProbeResult, probe_all
 from koordlet.system import probes as probes_module
+from koordlet.system.probes import REQUIRED_PROBES
 from tests.fixtures.fakehost import FakeHost
 
 
@@ -126,7 +128,7 @@ def supported(results: list[ProbeResult]) -> dict[str, bool]:
 
 
 TEST_HOST_ANSWERS = {
-    "cgroup_mode": True, "cgroup_driver": True, "cgroup_v2_controllers": False, "psi": True,
+    "cgroup_mode": True, "cgroup_driver": True, "cgroup_writable": True, "cgroup_v2_controllers": False, "psi": True,
     "psi_trigger": True, "perf_software": True, "perf_cgroup": True, "perf_hardware": False,
     "core_sched": False, "resctrl": False, "cpu_cfs_burst": True, "cpu_idle": True,
     "cpu_bvt_warp_ns": False, "memory_min": False, "memory_low": False, "memory_high": False,
@@ -173,6 +175,25 @@ def test_a_host_like_the_test_host(hybrid: FakeHost) -> None:
     assert fake.triggers == [(f"{hybrid.paths.proc_root}/pressure/memory", "some 150000 2000000")]
     # Every perf group the probes opened was enabled, read and closed.
     assert fake.PerfGroup.groups and all(g.enabled and g.closed for g in fake.PerfGroup.groups)
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "v2"])
+def test_a_read_only_cgroup_mount_is_a_requirement_not_met(fake_host: FakeHost, mode: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # A DaemonSet mounting the host's cgroup tree read-only: statvfs says so for the mount koordlet writes.
+    fake_host.set_mode(mode)
+    read_only = str(fake_host.cgroup_root / ("cpu" if mode == "hybrid" else ""))
+    real = os.statvfs
+
+    def statvfs(path: str) -> Any:
+        flags = real(path).f_flag | (os.ST_RDONLY if os.path.normpath(path) == os.path.normpath(read_only) else 0)
+        return SimpleNamespace(f_flag=flags)
+
+    monkeypatch.setattr(probes_module.os, "statvfs", statvfs)
+    result = by_name(probe_all(fake_host.paths, native=FakeNative()))["cgroup_writable"]
+    assert not result.supported
+    assert result.reason.startswith(f"mounted read-only: {os.path.normpath(read_only)};"), result.reason
+    assert "cgroup_writable" in REQUIRED_PROBES
 
 
 def test_per_cgroup_perf_uses_a_temporary_child_and_removes_it(hybrid: FakeHost) -> None:
@@ -300,7 +321,8 @@ def test_no_cgroup_tree_makes_cgroup_probes_unsupported(tmp_path: Path) -> None:
     results = probe_all(host.paths, native=FakeNative())
     assert len(results) == len(PROBE_NAMES)
     why = f"no cgroup hierarchy under {host.paths.cgroup_root}"
-    for name in ("cgroup_mode", "cgroup_driver", "cgroup_v2_controllers", "perf_cgroup", "cpu_idle", "memory_min"):
+    for name in ("cgroup_mode", "cgroup_driver", "cgroup_writable", "cgroup_v2_controllers", "perf_cgroup", "cpu_idle",
+                 "memory_min"):
         result = by_name(results)[name]
         assert not result.supported and result.reason.startswith(why), (name, result.reason)
     assert by_name(results)["perf_software"].supported
