@@ -24,7 +24,7 @@ import pytest
 pytest_plugins = [
     "tests.fixtures.fakehost", "tests.fixtures.realcgroup", "tests.fixtures.fakekubelet", "tests.fixtures.containerd",
     "tests.fixtures.fakeapiserver", "tests.fixtures.kubeletdriver", "tests.fixtures.cpuhog", "tests.fixtures.failures",
-    "tests.fixtures.isolation",
+    "tests.fixtures.isolation", "tests.fixtures.deployedimage",
     # pytester runs a test session inside a test (tests/unit/test_failures_fixture.py); loading it only adds
     # its fixture and two options nobody passes.
     "pytester",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.deployednode import DeployedImage
 from tests.e2e.faults import Matrix, kills_per_component, run_seed
 from tests.e2e.harness import Report
 from tests.fixtures.containerd import unavailable_reason
@@ -20,6 +21,16 @@ VARIANTS = ("nri", "proxy")
 
 _REPORT = pytest.StashKey[Report]()
 _MATRIX = pytest.StashKey[tuple[Matrix, str]]()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # The deployment's own tests need the image: without --deployed there is nothing of theirs to run (and under
+    # CI=true a skip would fail the run).  The fault matrix is the process supervisor's (a restart after 1 s); with
+    # --deployed, test_deployed.py kills the containers instead and the kubelet restarts them with its back-off.
+    deployed = config.getoption("deployed")
+    if collection_path.name == ("test_faults.py" if deployed else "test_deployed.py"):
+        return True
+    return None
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +75,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 
 @pytest.fixture(scope="module", params=VARIANTS)
-def node(request: pytest.FixtureRequest, apiserver_tls: TlsFiles, e2e_report: Report) -> Iterator[object]:
+def node(request: pytest.FixtureRequest, apiserver_tls: TlsFiles, e2e_report: Report,
+         deployed_image: DeployedImage | None) -> Iterator[object]:
     if os.geteuid() != 0:
         pytest.skip("node scenarios need root: real containerd, cgroups and processes")
     reason = unavailable_reason()
@@ -76,6 +88,6 @@ def node(request: pytest.FixtureRequest, apiserver_tls: TlsFiles, e2e_report: Re
     logs = e2e_report.path.parent / f"e2e-logs-{request.module.__name__.rsplit('.', 1)[-1]}-{request.param}"
     # A module that sets WEBHOOK = True gets the companion's admission webhook wired into the apiserver.
     with kube_node(request.param, apiserver_tls, keep_logs=logs,
-                   webhook=getattr(request.module, "WEBHOOK", False)) as instance:
+                   webhook=getattr(request.module, "WEBHOOK", False), image=deployed_image) as instance:
         e2e_report.record("setup", request.param, node_start_seconds=round(time.monotonic() - started, 1))
         yield instance

@@ -98,6 +98,8 @@ class NodeOverlay:
     """Flags the node adds (``--flag=value``); a flag already shipped is refused (use ``args``)."""
     ports: Mapping[int, int] = field(default_factory=dict)
     """containerPort and probe port as shipped -> the node's free port."""
+    read_only: Sequence[str] = ()
+    """mountPaths made read-only (a test of what a wrong manifest does; none in the node's own overlay)."""
     made: list[str] = field(default_factory=list)
 
     def apply(self, pod: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +109,16 @@ class NodeOverlay:
         [container] = spec["containers"]
         self._args(container)
         self._ports(container)
+        self._read_only(container)
         return pod
+
+    def _read_only(self, container: dict[str, Any]) -> None:
+        mounts = {m["mountPath"]: m for m in container.get("volumeMounts") or []}
+        for path in self.read_only:
+            if path not in mounts:
+                raise OverlayError(f"{container['name']}: no volumeMount at {path} (it has {sorted(mounts)})")
+            mounts[path]["readOnly"] = True
+            self.made.append(f"{container['name']}: mount {path} read-only")
 
     def _host_paths(self, spec: dict[str, Any]) -> None:
         shipped = {v["hostPath"]["path"]: v for v in spec.get("volumes") or [] if "hostPath" in v}

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from tests.e2e.deployednode import DeployedImage, PodComponent, Ports, deploy, deployed_kubelet_options
 from tests.e2e.harness import KoordletView, Proc, console_script, free_port, wait_for
 from tests.fixtures.containerd import Containerd, containerd17_binary_dir
 from tests.fixtures.fakeapiserver import FakeApiServer, make_configmap, make_node, make_pod
@@ -154,8 +155,8 @@ class KubeNode:
     containerd: Containerd
     apiserver: FakeApiServer
     kubelet: KubeletDriver
-    koordlet: Proc
-    companion: Proc
+    koordlet: Proc | PodComponent
+    companion: Proc | PodComponent
     proxy: Proc | None
     view: KoordletView
     cri_socket: Path
@@ -163,7 +164,7 @@ class KubeNode:
     companion_port: int
     webhook_port: int = 0
     """The companion's admission webhook port (0: not served)."""
-    procs: list[Proc] = field(default_factory=list)
+    procs: list[Proc | PodComponent] = field(default_factory=list)
     _deletions: queue.Queue[tuple[str, str] | None] = field(default_factory=queue.Queue)
     deleted_at: dict[str, float] = field(default_factory=dict)
     """pod name -> when the kubelet driver finished removing it after an eviction."""
@@ -255,6 +256,8 @@ class KubeNode:
                     if not self.has_pod(name):
                         break
                     time.sleep(RETRY_SECONDS)  # kubelet's pod worker backoff, not a wait for an outcome
+            # The containers are gone: kubelet's status manager deletes the terminating pod with grace 0.
+            self.apiserver.finish_deletion("pods", name, namespace)
             self.deleted_at[name] = time.time()
 
 
@@ -267,6 +270,13 @@ def _koordlet_token(apiserver: FakeApiServer, tmp: Path) -> Path:
     path.write_text(apiserver.mint_token(KOORDLET_NAMESPACE, KOORDLET_POD, audiences=["koord-companion"],
                                          expires_in_seconds=7 * 24 * 3600))
     return path
+
+
+KOORDLET_NODE_ARGS = ("--feature-gates=BEMemoryEvict=true", "--memory-evict-base=kubepods",
+                      "--kubelet-sync-interval=1", "--collect-memory-interval-seconds=1")
+"""What the scenarios set on the deployed koordlet beyond the DaemonSet (as :func:`_koordlet_config` does for the
+process): memory eviction on, against kubepods' limit, and the pod list and memory read every second so the
+scenarios' windows stay short."""
 
 
 def _koordlet_config(*, tmp: Path, kubelet: KubeletDriver, companion_port: int, metrics_port: int, variant: str,
@@ -332,11 +342,13 @@ def _ca_bundles_written(apiserver: FakeApiServer) -> bool:
 
 @contextlib.contextmanager
 def kube_node(variant: str, tls: TlsFiles, keep_logs: Path | None = None, *,
-              webhook: bool = False) -> Iterator[KubeNode]:
+              webhook: bool = False, image: DeployedImage | None = None) -> Iterator[KubeNode]:
     """The node of ``variant`` (``nri``: containerd 1.7 with NRI; ``proxy``: kubelet -> koord-runtime-proxy ->
     containerd 1.6), started in dependency order and stopped in reverse, each process by its PID.  ``keep_logs``:
     a directory that receives every component's log when the node is torn down.  ``webhook``: the companion serves
-    its admission webhook too, registered in the apiserver (see the module docstring)."""
+    its admission webhook too, registered in the apiserver (see the module docstring).  ``image``: koordlet and
+    koord-companion run as containers of that image, from the pods the rendered manifests make
+    (tests/e2e/deployednode.py; the webhook is then on, as shipped), instead of as processes."""
     stack = contextlib.ExitStack()
     with stack:
         # Short: the NRI and CRI sockets live below it (sun_path is 108 bytes).
@@ -353,14 +365,15 @@ def kube_node(variant: str, tls: TlsFiles, keep_logs: Path | None = None, *,
         apiserver = FakeApiServer(tls, tmp / "apiserver-token")
         stack.callback(apiserver.stop)
         cpus, memory = cpu_count(), mem_total_bytes()
-        procs: list[Proc] = []
+        procs: list[Proc | PodComponent] = []
 
-        def started(proc: Proc) -> Proc:
+        def started(proc: Any) -> Any:
             procs.append(proc.start())
             stack.callback(proc.stop)
             return proc
 
         companion_port = free_port()
+        webhook = webhook or image is not None
         webhook_port = free_port() if webhook else 0
         webhook_flags: list[str] = []
         if webhook:
@@ -368,11 +381,12 @@ def kube_node(variant: str, tls: TlsFiles, keep_logs: Path | None = None, *,
             webhook_flags = ["--webhook-addr", f"127.0.0.1:{webhook_port}",
                              "--leader-elect-namespace", CONFIG_NAMESPACE,
                              "--webhook-configuration-name", WEBHOOK_CONFIGURATION]
-        companion = started(Proc("koord-companion", [
-            *console_script("koord-companion"), "--grpc-addr", f"127.0.0.1:{companion_port}",
-            "--extender-addr", f"127.0.0.1:{free_port()}", "--metrics-addr", "", "--leader-elect", "false",
-            "--kube-api-server", apiserver.host, "--kube-token-file", str(apiserver.token_file),
-            "--kube-ca-file", apiserver.ca_file, *webhook_flags], logs))
+        if image is None:
+            companion: Proc | PodComponent = started(Proc("koord-companion", [
+                *console_script("koord-companion"), "--grpc-addr", f"127.0.0.1:{companion_port}",
+                "--extender-addr", f"127.0.0.1:{free_port()}", "--metrics-addr", "", "--leader-elect", "false",
+                "--kube-api-server", apiserver.host, "--kube-token-file", str(apiserver.token_file),
+                "--kube-ca-file", apiserver.ca_file, *webhook_flags], logs))
         cri_socket = containerd.socket
         proxy: Proc | None = None
         if variant == "proxy":
@@ -391,19 +405,30 @@ def kube_node(variant: str, tls: TlsFiles, keep_logs: Path | None = None, *,
         # work on amounts this host has (memory_evict_base kubepods).
         kubepods_limit = min(memory * 6 // 10, mem_available_bytes() * 3 // 4) // MiB * MiB
         kubelet = KubeletDriver(cri_socket, tls, cgroup_root_prefix=prefix, node_name=NODE_NAME,
-                                kubelet_config={"systemReserved": {"memory": str(memory - kubepods_limit)}})
+                                kubelet_config={"systemReserved": {"memory": str(memory - kubepods_limit)}},
+                                **({} if image is None else deployed_kubelet_options(apiserver)))
         stack.callback(kubelet.close)
         apiserver.seed(make_node(NODE_NAME, capacity={"cpu": str(cpus), "memory": str(memory), "pods": "110"},
                                  allocatable={"cpu": str(cpus), "memory": str(kubepods_limit), "pods": "110"}))
 
         metrics_port = free_port()
-        config = _koordlet_config(tmp=tmp, kubelet=kubelet, companion_port=companion_port,
-                                  metrics_port=metrics_port, variant=variant, containerd=containerd,
-                                  companion_token=_koordlet_token(apiserver, tmp))
-        (tmp / "koordlet.yaml").write_text(yaml.safe_dump(config))
-        koordlet = started(Proc("koordlet", [*console_script("koordlet"), "run", "--config",
-                                             str(tmp / "koordlet.yaml")], logs))
-        view = KoordletView(tmp / "koordlet-debug.sock", metrics_port)
+        if image is None:
+            config = _koordlet_config(tmp=tmp, kubelet=kubelet, companion_port=companion_port,
+                                      metrics_port=metrics_port, variant=variant, containerd=containerd,
+                                      companion_token=_koordlet_token(apiserver, tmp))
+            (tmp / "koordlet.yaml").write_text(yaml.safe_dump(config))
+            koordlet: Proc | PodComponent = started(Proc("koordlet", [
+                *console_script("koordlet"), "run", "--config", str(tmp / "koordlet.yaml")], logs))
+            debug_socket = tmp / "koordlet-debug.sock"
+        else:
+            deployed = deploy(image, tmp=tmp, stack=stack, apiserver=apiserver, kubelet=kubelet,
+                              containerd=containerd, variant=variant, node_name=NODE_NAME, keep_logs=keep_logs,
+                              ports=Ports(companion_grpc=companion_port, companion_extender=free_port(),
+                                          companion_metrics=free_port(), companion_webhook=webhook_port,
+                                          koordlet_metrics=metrics_port),
+                              koordlet_args=KOORDLET_NODE_ARGS, started=started)
+            companion, koordlet, debug_socket = deployed.companion, deployed.koordlet, deployed.debug_socket
+        view = KoordletView(debug_socket, metrics_port)
         node = KubeNode(variant=variant, tmp=tmp, prefix=prefix, containerd=containerd, apiserver=apiserver,
                         kubelet=kubelet, koordlet=koordlet, companion=companion, proxy=proxy, view=view,
                         cri_socket=cri_socket, kubepods_memory_limit=kubepods_limit, companion_port=companion_port,
