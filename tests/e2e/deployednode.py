@@ -230,8 +230,8 @@ def companion_overlay(ports: Ports) -> NodeOverlay:
                9443: ports.companion_webhook})
 
 
-def koordlet_overlay(*, tmp: Path, ports: Ports, kubelet: KubeletDriver, nri_dir: Path, containerd_dir: Path,
-                     containerd_socket: Path, host_sys: Path, extra_args: Sequence[str],
+def koordlet_overlay(*, tmp: Path, ports: Ports, kubelet: KubeletDriver, nri_dir: Path, host_sys: Path,
+                     extra_args: Sequence[str],
                      read_only_cgroup: Path | None = None) -> NodeOverlay:
     """The koordlet pod's changes; ``read_only_cgroup``: a read-only copy of the host's cgroup tree mounted
     read-only (a broken deployment)."""
@@ -240,11 +240,10 @@ def koordlet_overlay(*, tmp: Path, ports: Ports, kubelet: KubeletDriver, nri_dir
     return NodeOverlay(
         host_paths={**cgroup, "/sys": str(host_sys), "/var/run/koordlet": str(run_koordlet),
                     "/etc/runtime/hookserver.d": str(tmp / "hookserver.d"), "/var/run/nri": str(nri_dir),
-                    "/var/run/containerd": str(containerd_dir), "/var/lib/koordlet": str(tmp / "koordlet-state"),
+                    "/var/lib/koordlet": str(tmp / "koordlet-state"),
                     "/var/lib/kubelet": str(kubelet.state_dir)},
         args={"--addr": f"127.0.0.1:{ports.koordlet_metrics}", "--kubelet-port": str(kubelet.port),
               "--companion-address": f"koord-companion.{NAMESPACE}.svc:{ports.companion_grpc}",
-              "--runtime-endpoint": f"unix:///var/run/containerd/{containerd_socket.name}",
               # What koord-runtime-proxy dials, as the host sees the socket (the container's /var/run/koordlet).
               "--runtime-hooks-host-endpoint": str(run_koordlet / "koordlet.sock")},
         extra_args=[f"--cgroup-kube-parent={kubelet.prefix}", *extra_args],
@@ -311,7 +310,6 @@ def deploy(image: DeployedImage, *, tmp: Path, stack: contextlib.ExitStack, apis
         objects=objects, apiserver=apiserver, kubelet=kubelet, node_name=node_name, log_dir=tmp / "logs",
         companion=companion_overlay(ports),
         koordlet=koordlet_overlay(tmp=tmp, ports=ports, kubelet=kubelet, nri_dir=nri_dir,
-                                  containerd_dir=containerd.socket.parent, containerd_socket=containerd.socket,
                                   host_sys=host_sys, extra_args=koordlet_args, read_only_cgroup=host_cgroup),
         started=started)
     if keep_logs is not None:  # runs before the pods go (callbacks run in reverse)

@@ -273,7 +273,6 @@ HOST_PATHS: dict[str, tuple[bool, str]] = {
     "/var/run/koordlet": (False, "the hook server's socket"),
     "/etc/runtime/hookserver.d": (False, "the hook server's registration for koord-runtime-proxy"),
     "/var/run/nri": (True, "containerd's NRI socket"),
-    "/var/run/containerd": (True, "containerd's CRI socket"),
     "/var/lib/koordlet": (False, "the state directory"),
     "/var/lib/kubelet": (True, "cpu_manager_state"),
 }

@@ -468,7 +468,6 @@ def test_fixed_host_paths_are_mounted_at_the_same_place(daemonset: dict[str, Any
         "hook server socket": hooks.server_socket,
         "hook server registration dir": hooks.registration_dir,
         "NRI socket": hooks.nri_socket_path,
-        "CRI socket": koordlet_config.qos.runtime_endpoint.removeprefix("unix://"),
         "state dir": koordlet_config.state_dir,
     }
     for what, path in same.items():
